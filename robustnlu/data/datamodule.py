@@ -1,0 +1,220 @@
+"""Tokenisation with word/sub-word alignment, dynamic padding, deterministic (optionally
+length-bucketed) batching: the Lightning data module every run uses.
+
+Each word is represented by its first sub-token (JointBERT, Chen et al. 2019). Words cut off by
+``max_length`` get no position: they are outside ``word_mask``, their labels are ignored in
+training and they are predicted ``O``. A word the tokenizer maps to no sub-token at all (e.g. a
+lone control character) borrows the previous position, so ``word_mask`` stays a prefix (the CRF
+needs that) and every word still gets a prediction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from robustnlu.data.utterance import Corpus, LabelVocab, Utterance
+
+
+@dataclass(frozen=True)
+class EncodedUtterance:
+    input_ids: list[int]
+    word_index: list[int]  # first sub-token position of each kept word
+    tag_ids: list[int]  # one per kept word (-100 = unseen in training)
+    intent_id: int  # -100 = unseen in training
+    group: int  # -1 = no group
+
+
+def encode_utterances(
+    utterances: Sequence[Utterance],
+    tokenizer,
+    vocab: LabelVocab,
+    max_length: int,
+    groups: Mapping[str, int] | None = None,
+) -> list[EncodedUtterance]:
+    """Tokenise a list of utterances in one fast-tokenizer call and align words to sub-tokens."""
+    if not utterances:
+        return []
+    enc = tokenizer([list(u.tokens) for u in utterances], is_split_into_words=True, truncation=True, max_length=max_length)
+    encoded = []
+    for i, u in enumerate(utterances):
+        first = {}
+        for pos, w in enumerate(enc.word_ids(i)):
+            if w is not None and w not in first:
+                first[w] = pos
+        kept = max(first) + 1 if first else 0  # words after the last encoded one were truncated
+        word_index, prev = [], 0
+        for w in range(kept):
+            prev = first.get(w, prev)
+            word_index.append(prev)
+        encoded.append(
+            EncodedUtterance(
+                input_ids=enc["input_ids"][i],
+                word_index=word_index,
+                tag_ids=vocab.tag_ids(u.tags[:kept]),
+                intent_id=vocab.intent_id(u.intent),
+                group=(groups or {}).get(u.uid, -1),
+            )
+        )
+    return encoded
+
+
+class EncodedDataset(Dataset):
+    def __init__(self, utterances: Sequence[Utterance], encoded: Sequence[EncodedUtterance]):
+        self.utterances = list(utterances)
+        self.encoded = list(encoded)
+
+    def __len__(self) -> int:
+        return len(self.encoded)
+
+    def __getitem__(self, i: int) -> tuple[int, EncodedUtterance]:
+        return i, self.encoded[i]
+
+    def lengths(self) -> list[int]:
+        return [len(e.input_ids) for e in self.encoded]
+
+
+class Collator:
+    """Pads a batch to its own longest sequence (dynamic padding), or to ``pad_to`` tokens
+    (fixed padding, JointBERT's default of 50; kept for the benchmark and for users who need
+    static shapes)."""
+
+    def __init__(self, pad_token_id: int, pad_to: int | None = None):
+        self.pad_token_id = pad_token_id
+        self.pad_to = pad_to
+
+    def __call__(self, items: Sequence[tuple[int, EncodedUtterance]]) -> dict[str, torch.Tensor]:
+        b = len(items)
+        seq_len = max(len(e.input_ids) for _, e in items)
+        if self.pad_to is not None:
+            seq_len = max(seq_len, self.pad_to)
+        n_words = max(1, max(len(e.word_index) for _, e in items))
+        input_ids = torch.full((b, seq_len), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((b, seq_len), dtype=torch.long)
+        word_index = torch.zeros((b, n_words), dtype=torch.long)
+        word_mask = torch.zeros((b, n_words), dtype=torch.bool)
+        slot_labels = torch.full((b, n_words), -100, dtype=torch.long)
+        for row, (_, e) in enumerate(items):
+            n, w = len(e.input_ids), len(e.word_index)
+            input_ids[row, :n] = torch.tensor(e.input_ids)
+            attention_mask[row, :n] = 1
+            word_index[row, :w] = torch.tensor(e.word_index, dtype=torch.long)
+            word_mask[row, :w] = True
+            slot_labels[row, :w] = torch.tensor(e.tag_ids, dtype=torch.long)
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "word_index": word_index,
+            "word_mask": word_mask,
+            "slot_labels": slot_labels,
+            "intent_labels": torch.tensor([e.intent_id for _, e in items], dtype=torch.long),
+            "groups": torch.tensor([e.group for _, e in items], dtype=torch.long),
+            "index": torch.tensor([i for i, _ in items], dtype=torch.long),
+        }
+
+
+class ShuffledBatchSampler(Sampler[list[int]]):
+    """Shuffled batches, a new order every epoch, deterministic given ``seed`` and the epoch.
+
+    With ``bucketed=True`` (length bucketing): shuffle, cut into pools of
+    ``pool_batches × batch_size`` examples, sort each pool by length, cut it into batches and
+    shuffle the batches, so a batch holds examples of similar length (less padding) while the
+    order stays random.
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int, bucketed: bool = False, pool_batches: int = 50):
+        self.lengths = np.asarray(lengths)
+        self.batch_size = batch_size
+        self.seed = seed
+        self.bucketed = bucketed
+        self.pool_batches = pool_batches
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.lengths) / self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        order = rng.permutation(len(self.lengths))
+        if not self.bucketed:
+            batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        else:
+            pool = self.pool_batches * self.batch_size
+            batches = []
+            for start in range(0, len(order), pool):
+                chunk = order[start : start + pool]
+                chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+                batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        self.epoch += 1  # the next epoch draws a new order even if nobody calls set_epoch
+        return iter([b.tolist() for b in batches])
+
+
+class SLUDataModule(pl.LightningDataModule):
+    """Train/valid/test loaders over a `Corpus` (or the splits of a drift split)."""
+
+    def __init__(
+        self,
+        corpus: Corpus,
+        tokenizer,
+        vocab: LabelVocab,
+        batch_size: int = 32,
+        eval_batch_size: int = 64,
+        max_length: int = 128,
+        pad_to: int | None = None,
+        length_bucketing: bool = False,
+        num_workers: int = 0,
+        seed: int = 0,
+        groups: Mapping[str, int] | None = None,
+    ):
+        super().__init__()
+        self.corpus = corpus
+        self.tokenizer = tokenizer
+        self.vocab = vocab
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size
+        self.max_length = max_length
+        self.length_bucketing = length_bucketing
+        self.num_workers = num_workers
+        self.seed = seed
+        self.groups = groups
+        self.collate = Collator(tokenizer.pad_token_id, pad_to)
+        self.datasets: dict[str, EncodedDataset] = {}
+        self.train_sampler: ShuffledBatchSampler | None = None
+
+    def setup(self, stage: str | None = None) -> None:
+        for split in ("train", "valid", "test"):
+            if split not in self.datasets:
+                utts = self.corpus.split(split)
+                enc = encode_utterances(utts, self.tokenizer, self.vocab, self.max_length, self.groups)
+                self.datasets[split] = EncodedDataset(utts, enc)
+
+    def _loader(self, split: str, **kwargs) -> DataLoader:
+        return DataLoader(
+            self.datasets[split],
+            collate_fn=self.collate,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            **kwargs,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        ds = self.datasets["train"]
+        if self.train_sampler is None:
+            self.train_sampler = ShuffledBatchSampler(ds.lengths(), self.batch_size, self.seed, self.length_bucketing)
+        return self._loader("train", batch_sampler=self.train_sampler)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("valid", batch_size=self.eval_batch_size, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", batch_size=self.eval_batch_size, shuffle=False)

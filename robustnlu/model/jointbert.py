@@ -1,0 +1,127 @@
+"""JointBERT (Chen et al. 2019, "BERT for Joint Intent Classification and Slot Filling") as
+used in the core paper (Broscheit et al. 2022, section 5 "SLU Model").
+
+- intent head on the pooled [CLS] representation (BERT's pooler where the encoder has one);
+- slot head on the first sub-token of every word; softmax by default, a linear-chain CRF with
+  ``crf=True`` (the paper's change (ii): softmax instead of CRF, found better in its study);
+- dropout before each head;
+- the joint loss L = L_slot + γ·L_intent (the paper's change (i), γ = ``intent_loss_scale``) is
+  formed by the training objective, not here: the forward pass returns **per-example** losses
+  (``TaskLosses``, no batch reduction) and the mean-pooled token representation
+  X_enc ∈ R^{b×d} (paper section 4.1), the contract every robust objective reduces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from robustnlu.model.crf import LinearChainCRF
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class TaskLosses:
+    """Per-example task losses of one batch (shape ``[b]`` each), the encoder's mean-pooled
+    representation ``x_enc`` (``[b, d]``) and the batch's group ids (``[b]``, -1 = none)."""
+
+    slot: Tensor
+    intent: Tensor
+    x_enc: Tensor
+    groups: Tensor | None = None
+
+
+@dataclass
+class JointBERTOutput:
+    intent_logits: Tensor  # [b, n_intents]
+    slot_logits: Tensor  # [b, n_words, n_tags]
+    x_enc: Tensor  # [b, d]
+
+
+class IntentClassifier(nn.Module):
+    """Dropout + linear layer on the pooled [CLS] representation."""
+
+    def __init__(self, hidden_size: int, n_intents: int, dropout: float):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.linear = nn.Linear(hidden_size, n_intents)
+
+    def forward(self, pooled: Tensor) -> Tensor:
+        return self.linear(self.dropout(pooled))
+
+
+class SlotClassifier(nn.Module):
+    """Dropout + linear layer on each word's first sub-token representation."""
+
+    def __init__(self, hidden_size: int, n_tags: int, dropout: float):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.linear = nn.Linear(hidden_size, n_tags)
+
+    def forward(self, words: Tensor) -> Tensor:
+        return self.linear(self.dropout(words))
+
+
+def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
+    """Average of the token representations under the attention mask (paper section 4.1)."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp_min(1.0)
+
+
+class JointBERT(nn.Module):
+    def __init__(self, encoder: nn.Module, n_intents: int, n_tags: int, dropout: float = 0.1, crf: bool = False):
+        super().__init__()
+        self.encoder = encoder
+        hidden = encoder.config.hidden_size
+        self.intent_classifier = IntentClassifier(hidden, n_intents, dropout)
+        self.slot_classifier = SlotClassifier(hidden, n_tags, dropout)
+        self.crf = LinearChainCRF(n_tags) if crf else None
+
+    def forward(self, batch: Mapping[str, Tensor]) -> JointBERTOutput:
+        out = self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        hidden = out.last_hidden_state
+        pooled = getattr(out, "pooler_output", None)
+        if pooled is None:
+            pooled = hidden[:, 0]
+        index = batch["word_index"].unsqueeze(-1).expand(-1, -1, hidden.size(-1))
+        words = hidden.gather(1, index)
+        return JointBERTOutput(
+            intent_logits=self.intent_classifier(pooled),
+            slot_logits=self.slot_classifier(words),
+            x_enc=mean_pool(hidden, batch["attention_mask"]),
+        )
+
+    def task_losses(self, output: JointBERTOutput, batch: Mapping[str, Tensor]) -> TaskLosses:
+        """Per-example losses. Slot loss: the mean over the utterance's labelled words of the
+        token cross-entropy (softmax), or the CRF's sequence negative log-likelihood divided by
+        the number of words (so both heads give per-word scales). Labels ``-100`` (padding,
+        truncated words, tags unseen in training) are ignored by the softmax loss."""
+        slot_labels = batch["slot_labels"]
+        if self.crf is None:
+            per_word = F.cross_entropy(
+                output.slot_logits.transpose(1, 2), slot_labels, ignore_index=IGNORE_INDEX, reduction="none"
+            )
+            n_words = (slot_labels != IGNORE_INDEX).sum(1)
+        else:
+            mask = batch["word_mask"]
+            per_word = self.crf.neg_log_likelihood(output.slot_logits, slot_labels, mask)
+            n_words = mask.sum(1)
+        slot = per_word.sum(1) if per_word.dim() == 2 else per_word
+        slot = slot / n_words.clamp_min(1).to(slot.dtype)
+        intent = F.cross_entropy(output.intent_logits, batch["intent_labels"], ignore_index=IGNORE_INDEX, reduction="none")
+        return TaskLosses(slot=slot, intent=intent, x_enc=output.x_enc, groups=batch.get("groups"))
+
+    @torch.no_grad()
+    def decode(self, output: JointBERTOutput, word_mask: Tensor) -> tuple[list[int], list[list[int]]]:
+        """Predicted intent ids and, per utterance, one tag id per word under ``word_mask``."""
+        intents = output.intent_logits.argmax(-1).tolist()
+        if self.crf is not None:
+            return intents, self.crf.decode(output.slot_logits, word_mask)
+        best = output.slot_logits.argmax(-1)
+        lengths = word_mask.sum(1).tolist()
+        return intents, [row[:n] for row, n in zip(best.tolist(), lengths, strict=True)]

@@ -1,0 +1,124 @@
+"""`SLUModule`: the LightningModule that trains JointBERT with a `RobustObjective`.
+
+training_step = model → per-example `TaskLosses` → objective → scalar. Evaluation decodes
+intents and word tags, feeds `SLUMetrics` (label strings, so labels unseen in training count as
+errors) and keeps one prediction row per utterance for ``predictions/<split>.jsonl``.
+
+Hyper-parameters are plain containers (dicts, lists, numbers, strings) so checkpoints load with
+``torch.load(weights_only=True)``; the encoder's architecture is rebuilt from its stored config
+and its weights come from the state dict (no hub access needed to reload a checkpoint).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from hydra.utils import instantiate
+from torch import nn
+from transformers import get_linear_schedule_with_warmup
+
+from robustnlu.data.utterance import LabelVocab
+from robustnlu.metrics import SLUMetrics
+from robustnlu.model.encoders import encoder_from_config
+from robustnlu.model.jointbert import JointBERT
+
+#: parameters without weight decay (JointBERT / BERT fine-tuning convention)
+NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias")
+
+
+class SLUModule(pl.LightningModule):
+    def __init__(
+        self,
+        model: dict[str, Any],
+        method: dict[str, Any],
+        optimizer: dict[str, Any],
+        vocab: dict[str, list[str]],
+        eval_intents: list[str],
+        encoder_spec: dict[str, Any],
+        encoder_config: dict[str, Any],
+        encoder: nn.Module | None = None,
+    ):
+        """``encoder_spec`` is the ``encoder=`` config (it names the tokenizer);
+        ``encoder_config`` the encoder's Hugging Face config. ``encoder`` is the pre-trained
+        encoder for a new run; when a checkpoint is loaded it is None and the architecture is
+        rebuilt from ``encoder_config``."""
+        super().__init__()
+        self.save_hyperparameters(ignore=["encoder"])
+        self.vocab = LabelVocab.from_dict(vocab)
+        self.model = JointBERT(
+            encoder if encoder is not None else encoder_from_config(encoder_config),
+            n_intents=len(self.vocab.intents),
+            n_tags=len(self.vocab.tags),
+            dropout=model["dropout"],
+            crf=model["crf"],
+        )
+        self.objective = instantiate(method, intent_loss_scale=model["intent_loss_scale"])
+        self.metrics = SLUMetrics(intents=eval_intents)
+        self.prediction_rows: list[dict[str, Any]] = []
+        #: stage ("valid" / "test") → {"metrics": ..., "predictions": ...} of the last evaluation
+        self.evaluations: dict[str, dict[str, Any]] = {}
+
+    # --- training -------------------------------------------------------------------------
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        output = self.model(batch)
+        losses = self.model.task_losses(output, batch)
+        loss = self.objective(losses)
+        b = batch["input_ids"].size(0)
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=b)
+        self.log("train/slot_loss", losses.slot.detach().mean(), on_epoch=True, batch_size=b)
+        self.log("train/intent_loss", losses.intent.detach().mean(), on_epoch=True, batch_size=b)
+        return loss
+
+    def configure_optimizers(self):
+        opt = self.hparams.optimizer
+        named = list(self.named_parameters())
+        groups = [
+            {"params": [p for n, p in named if not any(k in n for k in NO_DECAY)], "weight_decay": opt["weight_decay"]},
+            {"params": [p for n, p in named if any(k in n for k in NO_DECAY)], "weight_decay": 0.0},
+        ]
+        optimizer = torch.optim.AdamW(groups, lr=opt["lr"], betas=tuple(opt["betas"]), eps=opt["eps"])
+        scheduler = get_linear_schedule_with_warmup(
+            optimizer, num_warmup_steps=opt["warmup_steps"], num_training_steps=self.trainer.estimated_stepping_batches
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # --- evaluation -----------------------------------------------------------------------
+    def _eval_step(self, batch: dict[str, torch.Tensor], split: str) -> None:
+        output = self.model(batch)
+        intent_ids, tag_ids = self.model.decode(output, batch["word_mask"])
+        utterances = self.trainer.datamodule.datasets[split].utterances
+        gold = [utterances[i] for i in batch["index"].tolist()]
+        pred_intents = [self.vocab.intents[i] for i in intent_ids]
+        pred_tags = [
+            [self.vocab.tags[t] for t in ids] + ["O"] * (len(u.tokens) - len(ids))
+            for ids, u in zip(tag_ids, gold, strict=True)
+        ]
+        groups = batch["groups"].tolist()
+        self.metrics.update(pred_intents, [u.intent for u in gold], pred_tags, [list(u.tags) for u in gold], groups)
+        for u, pi, pt, g in zip(gold, pred_intents, pred_tags, groups, strict=True):
+            self.prediction_rows.append(
+                {"uid": u.uid, "tokens": list(u.tokens), "gold_intent": u.intent, "pred_intent": pi,
+                 "gold_tags": list(u.tags), "pred_tags": pt, "group": g}
+            )
+
+    def _eval_epoch_end(self, split: str) -> None:
+        metrics = self.metrics.compute()
+        self.metrics.reset()
+        headline = {f"{split}/{k}": v for k, v in metrics.items() if not k.startswith("group/")}
+        self.log_dict(headline, batch_size=1)
+        self.evaluations[split] = {"metrics": metrics, "predictions": sorted(self.prediction_rows, key=lambda r: r["uid"])}
+        self.prediction_rows = []
+
+    def validation_step(self, batch, batch_idx):
+        self._eval_step(batch, "valid")
+
+    def on_validation_epoch_end(self):
+        self._eval_epoch_end("valid")
+
+    def test_step(self, batch, batch_idx):
+        self._eval_step(batch, "test")
+
+    def on_test_epoch_end(self):
+        self._eval_epoch_end("test")

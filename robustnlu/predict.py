@@ -1,0 +1,109 @@
+"""Predict intents and slots with a trained checkpoint.
+
+    python -m robustnlu.predict --ckpt RUN/checkpoints/best-epoch002.ckpt "play the latest album by adele"
+    python -m robustnlu.predict --ckpt CKPT --file utterances.txt --out predictions.jsonl
+
+A plain argparse CLI (a Hydra app would parse the utterance as a config override). Utterances
+are split on white space, as the training data is tokenised. The checkpoint is loaded with
+``weights_only=True``: no pickled code is executed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from robustnlu.data.datamodule import Collator, encode_utterances
+from robustnlu.data.utterance import Utterance
+from robustnlu.errors import DataError, RobustNLUError
+from robustnlu.io import atomic_write_jsonl
+from robustnlu.metrics import extract_spans
+from robustnlu.model.encoders import load_tokenizer
+from robustnlu.module import SLUModule
+
+
+class Predictor:
+    def __init__(self, ckpt: str | Path, device: str = "cpu"):
+        ckpt = Path(ckpt)
+        if not ckpt.is_file():
+            raise DataError(ckpt, None, "checkpoint file not found")
+        self.module = SLUModule.load_from_checkpoint(ckpt, map_location=device, weights_only=True)
+        self.module.eval()
+        self.tokenizer = load_tokenizer(self.module.hparams.encoder_spec)
+        self.max_length = min(self.tokenizer.model_max_length, 512)
+        self.collate = Collator(self.tokenizer.pad_token_id)
+
+    @torch.no_grad()
+    def predict(self, texts: Sequence[str], batch_size: int = 64) -> list[dict]:
+        vocab = self.module.vocab
+        rows = []
+        for start in range(0, len(texts), batch_size):
+            chunk = [t.split() for t in texts[start : start + batch_size]]
+            utts = [Utterance(f"input-{start + i}", tuple(toks), ("O",) * len(toks), "") for i, toks in enumerate(chunk)]
+            items = list(enumerate(encode_utterances(utts, self.tokenizer, vocab, self.max_length)))
+            batch = {k: v.to(self.module.device) for k, v in self.collate(items).items()}
+            output = self.module.model(batch)
+            intent_ids, tag_ids = self.module.model.decode(output, batch["word_mask"])
+            for toks, i, ids in zip(chunk, intent_ids, tag_ids, strict=True):
+                tags = [vocab.tags[t] for t in ids] + ["O"] * (len(toks) - len(ids))
+                slots = [{"slot": typ, "value": " ".join(toks[s:e]), "start": s, "end": e}
+                         for typ, s, e in sorted(extract_spans(tags), key=lambda x: x[1])]
+                rows.append({"text": " ".join(toks), "tokens": toks, "intent": vocab.intents[i], "tags": tags, "slots": slots})
+        return rows
+
+
+def read_lines(path: Path) -> list[str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataError(path, None, "file not found") from None
+    except UnicodeDecodeError as err:
+        line = text_line_of_offset(path.read_bytes(), err.start)
+        raise DataError(path, line, f"not valid UTF-8 ({err.reason})") from None
+    lines = [ln.strip() for ln in text.splitlines()]
+    if not any(lines):
+        raise DataError(path, None, "file is empty")
+    return [ln for ln in lines if ln]
+
+
+def text_line_of_offset(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m robustnlu.predict", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ckpt", required=True, help="a checkpoint written by a training run")
+    parser.add_argument("--file", type=Path, help="read one utterance per line (writes JSONL)")
+    parser.add_argument("--out", type=Path, help="with --file: write the JSONL here instead of stdout")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("utterance", nargs="*", help="the utterance to parse (words separated by spaces)")
+    args = parser.parse_args(argv)
+    if bool(args.file) == bool(args.utterance):
+        parser.error("give either an utterance or --file")
+    try:
+        texts = read_lines(args.file) if args.file else [" ".join(args.utterance)]
+        rows = Predictor(args.ckpt, args.device).predict(texts)
+    except RobustNLUError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.file:
+        if args.out:
+            atomic_write_jsonl(args.out, rows)
+        else:
+            sys.stdout.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+        return 0
+    row = rows[0]
+    print(f"intent: {row['intent']}")
+    print("slots:" + ("" if row["slots"] else " (none)"))
+    for s in row["slots"]:
+        print(f"  {s['slot']}: {s['value']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

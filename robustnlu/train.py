@@ -1,0 +1,94 @@
+"""`run(cfg)`: compose the pieces of one training run and write its record. Wiring only: every
+computation lives in the data, model, objective, metrics and module code.
+
+The run directory (Hydra's runtime output dir) holds:
+- ``results.json``: valid and test metrics of the best checkpoint, the resolved config, seed,
+  package versions, wall time, split sizes;
+- ``predictions/{valid,test}.jsonl``: uid, tokens, gold and predicted intent and tags;
+- ``config.yaml`` (resolved) and Hydra's ``.hydra/``; ``checkpoints/`` (best and last);
+  ``csv/metrics.csv``; ``wandb/`` when ``logger=wandb``.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from robustnlu.data.datamodule import SLUDataModule
+from robustnlu.data.readers import load_corpus
+from robustnlu.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from robustnlu.model.encoders import build_encoder, load_tokenizer
+from robustnlu.module import SLUModule
+
+PACKAGES = ("robustnlu", "torch", "transformers", "pytorch-lightning", "torchmetrics", "hydra-core")
+
+
+def repo_root(cfg: DictConfig) -> Path:
+    """Where relative data paths are resolved: ``paths.root`` or the repository root."""
+    return Path(cfg.paths.root) if cfg.paths.root else Path(__file__).resolve().parents[1]
+
+
+def versions() -> dict[str, str]:
+    return {"python": platform.python_version(), **{p: version(p) for p in PACKAGES}}
+
+
+def build_trainer(cfg: DictConfig) -> pl.Trainer:
+    callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]
+    loggers = [instantiate(c) for c in (cfg.logger or {}).values() if c is not None]
+    return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    started = time.time()
+    out_dir = Path(cfg.paths.output_dir)
+    pl.seed_everything(cfg.seed, workers=True)
+
+    corpus = load_corpus(cfg.dataset, repo_root(cfg))  # raises DataError before anything is written
+    vocab = corpus.vocab()
+    tokenizer = load_tokenizer(cfg.encoder)
+    encoder = build_encoder(cfg.encoder, vocab_size=len(tokenizer))
+    datamodule = SLUDataModule(corpus, tokenizer, vocab, seed=cfg.seed, **cfg.data)
+    module = SLUModule(
+        model=OmegaConf.to_container(cfg.model, resolve=True),
+        method=OmegaConf.to_container(cfg.method, resolve=True),
+        optimizer=OmegaConf.to_container(cfg.optimizer, resolve=True),
+        vocab=vocab.to_dict(),
+        eval_intents=corpus.intents(),
+        encoder_spec=OmegaConf.to_container(cfg.encoder, resolve=True),
+        encoder_config=encoder.config.to_dict(),
+        encoder=encoder,
+    )
+    config = OmegaConf.to_container(cfg, resolve=True)
+    atomic_write_text(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+
+    trainer = build_trainer(cfg)
+    trainer.fit(module, datamodule=datamodule)
+    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    ckpt = best or None  # without a checkpoint callback: evaluate the final weights
+    trainer.validate(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
+    trainer.test(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
+
+    results = {
+        "dataset": corpus.name,
+        "method": cfg.method.get("name"),
+        "seed": cfg.seed,
+        "metrics": {split: module.evaluations[split]["metrics"] for split in ("valid", "test")},
+        "sizes": {split: len(corpus.split(split)) for split in ("train", "valid", "test")},
+        "best_checkpoint": str(Path(best).relative_to(out_dir)) if best else None,
+        "epochs_trained": trainer.current_epoch,
+        "wall_time_s": round(time.time() - started, 1),
+        "versions": versions(),
+        "config": config,
+    }
+    if trainer.is_global_zero:
+        for split in ("valid", "test"):
+            atomic_write_jsonl(out_dir / "predictions" / f"{split}.jsonl", module.evaluations[split]["predictions"])
+        atomic_write_json(out_dir / "results.json", results)
+    return results
