@@ -18,8 +18,10 @@ class RobustObjective(nn.Module):
     #: "slot" and "intent": the two task losses Algorithm 1 reduces.
     TASKS = ("slot", "intent")
 
-    def __init__(self, intent_loss_scale: float = 1.0):
+    def __init__(self, name: str = "", intent_loss_scale: float = 1.0):
+        """``name`` is the method's config name (``method.name``), γ = ``intent_loss_scale``."""
         super().__init__()
+        self.name = name
         self.intent_loss_scale = float(intent_loss_scale)
 
     def reduce(self, losses: Tensor, task: str, batch: TaskLosses) -> Tensor:

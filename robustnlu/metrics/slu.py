@@ -1,0 +1,243 @@
+"""The SLU metrics of the core paper (section 5.1 and Appendix D) as one torchmetrics `Metric`.
+
+`SLUMetrics.update` turns each utterance into a row of integer counts (`utterance_counts` plus
+its gold-intent index and group id) and appends the rows to a ``"cat"`` state, so that under
+DDP the rows of all processes are gathered before `SLUMetrics.compute` derives every metric
+from them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+from torchmetrics.utilities import dim_zero_cat
+
+from robustnlu.metrics.spans import Span, extract_spans
+
+
+class SlotErrors(NamedTuple):
+    """One utterance's slot errors under SEMER (App. D)."""
+
+    substitutions: int
+    deletions: int
+    insertions: int
+
+    @property
+    def total(self) -> int:
+        return self.substitutions + self.deletions + self.insertions
+
+
+def semer_slot_errors(gold_spans: set[Span], pred_spans: set[Span]) -> SlotErrors:
+    """Match predicted to gold spans the Alexa SemER way (a substitution has the right slot name
+    but a wrong value).
+
+    Spans equal in type, start and end are correct. Among the remaining spans, a gold and a
+    predicted span of the same slot type form a substitution (wrong value or boundaries),
+    pairing them left to right per type (any pairing gives the same counts: per type, the
+    smaller of the two remainders); unpaired gold spans are deletions, unpaired predicted
+    spans insertions.
+    """
+    unmatched_gold = Counter(slot_type for slot_type, _, _ in gold_spans - pred_spans)
+    unmatched_pred = Counter(slot_type for slot_type, _, _ in pred_spans - gold_spans)
+    substitutions = sum((unmatched_gold & unmatched_pred).values())
+    return SlotErrors(
+        substitutions=substitutions,
+        deletions=unmatched_gold.total() - substitutions,
+        insertions=unmatched_pred.total() - substitutions,
+    )
+
+
+class UtteranceCounts(NamedTuple):
+    """The integer counts of one utterance from which every corpus metric is derived."""
+
+    intent_correct: int
+    gold_spans: int
+    pred_spans: int
+    correct_spans: int
+    #: SEMER numerator: slot substitutions + deletions + insertions + intent error.
+    semer_errors: int
+    #: Intent correct and predicted spans == gold spans.
+    frame_correct: int
+
+
+def utterance_counts(
+    pred_intent: str, gold_intent: str, pred_tags: Sequence[str], gold_tags: Sequence[str]
+) -> UtteranceCounts:
+    """Count one utterance's intent and slot outcomes (spans by conlleval chunking)."""
+    if len(pred_tags) != len(gold_tags):
+        raise ValueError(f"{len(pred_tags)} predicted tags but {len(gold_tags)} gold tags")
+    gold_spans = extract_spans(gold_tags)
+    pred_spans = extract_spans(pred_tags)
+    intent_correct = int(pred_intent == gold_intent)
+    return UtteranceCounts(
+        intent_correct=intent_correct,
+        gold_spans=len(gold_spans),
+        pred_spans=len(pred_spans),
+        correct_spans=len(gold_spans & pred_spans),
+        semer_errors=semer_slot_errors(gold_spans, pred_spans).total + 1 - intent_correct,
+        frame_correct=int(intent_correct and pred_spans == gold_spans),
+    )
+
+
+#: Columns of a count row: `UtteranceCounts`, then the gold-intent index and the group id.
+COLUMNS = (*UtteranceCounts._fields, "gold_intent", "group")
+#: Metrics reported per group, and whether a higher value is better.
+GROUP_METRICS = {
+    "intent_acc": True,
+    "slot_f1": True,
+    "combined": True,
+    "semer": False,
+    "frame_acc": True,
+}
+NO_GROUP = -1
+
+
+def _slot_prf(correct: int, gold: int, pred: int) -> tuple[float, float, float]:
+    """Micro precision, recall and F1 computed as seqeval does (an undefined ratio is 0.0)."""
+    precision = correct / pred if pred else 0.0
+    recall = correct / gold if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return precision, recall, f1
+
+
+def _scores(rows: Tensor) -> dict[str, float]:
+    """The section-5.1 metrics, SEMER and frame accuracy of a non-empty block of count rows."""
+    total = dict(zip(COLUMNS, rows.sum(dim=0).tolist()))
+    n = rows.shape[0]
+    intent_acc = total["intent_correct"] / n
+    precision, recall, f1 = _slot_prf(
+        total["correct_spans"], total["gold_spans"], total["pred_spans"]
+    )
+    return {
+        "intent_acc": intent_acc,
+        "slot_precision": precision,
+        "slot_recall": recall,
+        "slot_f1": f1,
+        "combined": (intent_acc + f1) / 2,
+        "semer": total["semer_errors"] / (total["gold_spans"] + n),
+        "frame_acc": total["frame_correct"] / n,
+        "n": float(n),
+    }
+
+
+class SLUMetrics(Metric):
+    """Intent accuracy, slot F1, COMBINED-IC-SF (core paper section 5.1), MA INT. COMBINED and
+    SEMER (App. D), frame accuracy and per-group / worst-group values.
+
+    ``intents`` must name every intent that can occur as gold (train ∪ valid ∪ test) so that
+    the gold-intent index means the same on every process; a predicted intent may be anything
+    (one never seen as gold simply scores as an error).
+
+    `compute` returns a flat ``dict[str, float]``; every value but ``semer`` (which exceeds 1
+    when insertions abound), ``n`` and ``worst_group/combined_id`` lies in [0, 1]:
+
+    - ``intent_acc``; ``slot_precision``, ``slot_recall``, ``slot_f1``: micro over spans
+      (type and exact boundaries), equal to seqeval's default-mode scores;
+    - ``combined``: (intent_acc + slot_f1) / 2;
+    - ``semer``: Σ (slot substitutions + deletions + insertions + intent error) /
+      Σ (gold spans + 1), sums over utterances (`semer_slot_errors` gives the matching rule);
+    - ``frame_acc``: intent correct and predicted spans == gold spans;
+    - ``ma_intent_combined``: the unweighted mean over the gold intents present of each
+      intent's (intent_acc + slot_f1) / 2 on its own utterances;
+    - ``n``: the number of utterances;
+    - if some utterance has a group id ≥ 0 (``groups`` in `update`; -1 = no group):
+      ``group/<id>/<m>`` for m in intent_acc, slot_f1, combined, semer, frame_acc, n;
+      ``worst_group/<m>`` (the minimum, the maximum for semer) for the same m except n; and
+      ``worst_group/combined_id``, the group of lowest combined (the smallest id on a tie).
+
+    Zero-span convention, as seqeval's default ``zero_division="warn"``: precision with no
+    predicted span, recall with no gold span and F1 with precision + recall = 0 are 0.0. So a
+    set with neither gold nor predicted spans has slot_f1 = 0.0 (and combined = intent_acc / 2);
+    that warns (as seqeval does) only for the whole evaluated set, not for groups or intents.
+    `compute` without any utterance raises RuntimeError.
+    """
+
+    is_differentiable = False
+    full_state_update = False
+
+    rows: list[Tensor] | Tensor
+
+    def __init__(self, intents: Sequence[str], **kwargs):
+        super().__init__(**kwargs)
+        self.intents = tuple(dict.fromkeys(intents))
+        self._intent_index = {intent: i for i, intent in enumerate(self.intents)}
+        # One int64 row of `COLUMNS` per utterance; DDP concatenates every process's rows.
+        self.add_state("rows", default=[], dist_reduce_fx="cat")
+
+    def update(
+        self,
+        pred_intents: Sequence[str],
+        gold_intents: Sequence[str],
+        pred_tags: Sequence[Sequence[str]],
+        gold_tags: Sequence[Sequence[str]],
+        groups: Sequence[int] | None = None,
+    ) -> None:
+        n = len(gold_intents)
+        if groups is None:
+            groups = [NO_GROUP] * n
+        lengths = {len(pred_intents), len(pred_tags), len(gold_tags), len(groups)}
+        if lengths != {n}:
+            raise ValueError(
+                f"update got {len(pred_intents)} predicted intents, {n} gold intents, "
+                f"{len(pred_tags)} predicted and {len(gold_tags)} gold tag sequences, "
+                f"{len(groups)} groups; all must be equal"
+            )
+        rows = []
+        for pred_intent, gold_intent, pred, gold, group in zip(
+            pred_intents, gold_intents, pred_tags, gold_tags, groups
+        ):
+            if gold_intent not in self._intent_index:
+                raise ValueError(
+                    f"gold intent {gold_intent!r} is not among the {len(self.intents)} intents "
+                    "SLUMetrics was built with (pass every intent of train, valid and test)"
+                )
+            if int(group) < NO_GROUP:
+                raise ValueError(f"group id {group} is invalid: use ids >= 0, or -1 for none")
+            counts = utterance_counts(pred_intent, gold_intent, pred, gold)
+            rows.append([*counts, self._intent_index[gold_intent], int(group)])
+        self.rows.append(
+            torch.tensor(rows, dtype=torch.long, device=self.device).reshape(n, len(COLUMNS))
+        )
+
+    def compute(self) -> dict[str, float]:
+        # A list before a DDP sync, one tensor after it.
+        rows = dim_zero_cat(self.rows).long() if len(self.rows) else None
+        if rows is None or len(rows) == 0:
+            raise RuntimeError("SLUMetrics.compute() called before any utterance was updated")
+        column = {name: rows[:, i] for i, name in enumerate(COLUMNS)}
+        result = _scores(rows)
+        if column["gold_spans"].sum() == 0 and column["pred_spans"].sum() == 0:
+            warnings.warn(
+                "slot F1 is ill-defined (no gold and no predicted slot span) and set to 0.0, "
+                "as seqeval does",
+                stacklevel=2,
+            )
+        gold_intent = column["gold_intent"]
+        per_intent = [_scores(rows[gold_intent == i]) for i in gold_intent.unique()]
+        result["ma_intent_combined"] = sum(s["combined"] for s in per_intent) / len(per_intent)
+        result.update(_group_scores(rows, column["group"]))
+        return result
+
+
+def _group_scores(rows: Tensor, group: Tensor) -> dict[str, float]:
+    """``group/<id>/<metric>`` and ``worst_group/<metric>`` over the groups ≥ 0 in ``group``."""
+    ids = [g for g in group.unique().tolist() if g != NO_GROUP]
+    if not ids:
+        return {}
+    by_group = {g: _scores(rows[group == g]) for g in ids}
+    result: dict[str, float] = {}
+    for g, scores in by_group.items():
+        for name in (*GROUP_METRICS, "n"):
+            result[f"group/{g}/{name}"] = scores[name]
+    for name, higher_is_better in GROUP_METRICS.items():
+        values = [scores[name] for scores in by_group.values()]
+        result[f"worst_group/{name}"] = min(values) if higher_is_better else max(values)
+    # `ids` is sorted, and min() keeps the first of equal values: the smallest id on a tie.
+    result["worst_group/combined_id"] = float(min(ids, key=lambda g: by_group[g]["combined"]))
+    return result

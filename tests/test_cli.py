@@ -1,0 +1,57 @@
+"""The training CLI as a user meets it: bad input gives one line naming file and line, exit
+code != 0, no traceback and no output; secrets never reach the run directory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from integration_helpers import FAST, jsonl_overrides, run_cli, write_snips_sample_jsonl
+
+
+@pytest.fixture
+def sample(tmp_path):
+    return write_snips_sample_jsonl(tmp_path / "data", n_train=48, n_eval=16)
+
+
+BAD_LINES = {
+    "tag count": (json.dumps({"tokens": ["play", "adele"], "tags": ["O"], "intent": "PlayMusic"}), "tag"),
+    "invalid BIO": (json.dumps({"tokens": ["play", "adele"], "tags": ["O", "I-artist"], "intent": "PlayMusic"}), "I-"),
+    "not JSON": ('{"tokens": ["play"', "JSON"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_LINES))
+def test_malformed_input_one_line_error_no_output(sample, tmp_path, kind):
+    line, needle = BAD_LINES[kind]
+    lines = sample["train"].read_text().splitlines()
+    lines.insert(4, line)  # becomes line 5
+    sample["train"].write_text("\n".join(lines) + "\n")
+    run_dir = tmp_path / "outputs" / "run"
+    proc = run_cli([*FAST, *jsonl_overrides(sample), f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert proc.returncode == 2
+    err_lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert err_lines[-1].startswith(f"error: {sample['train']}:5: ")
+    assert needle in err_lines[-1]
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "outputs").exists()  # Hydra's run dir was removed with its parents
+
+
+def test_secrets_never_reach_the_run_directory(sample, tmp_path):
+    """W&B (offline, real run files) and HF tokens in the environment are not written anywhere
+    under the run directory: results, config, logs, checkpoints, wandb files."""
+    secrets = {"WANDB_API_KEY": "wandbsecret" + "0123456789abcdef0123456789abcdef01",
+               "HF_TOKEN": "hf_secretTOKEN0123456789", "HUGGING_FACE_HUB_TOKEN": "hf_otherSECRET98765"}
+    run_dir = tmp_path / "run"
+    proc = run_cli([*FAST, "trainer.max_epochs=1", *jsonl_overrides(sample), "logger=wandb",
+                    f"hydra.run.dir={run_dir}"], cwd=tmp_path, env={**secrets, "WANDB_MODE": "offline"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    wandb_files = list((run_dir / "wandb").rglob("*.wandb"))
+    assert wandb_files, "a real offline W&B run file was written"
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".ckpt" for p in files) and (run_dir / "results.json").is_file()
+    for path in files:
+        data = path.read_bytes()
+        for value in secrets.values():
+            assert value.encode() not in data, f"{value[:6]}… found in {path}"

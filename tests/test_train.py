@@ -1,0 +1,124 @@
+"""End to end through the real Hydra configs: training writes an honest run record."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from seqeval.metrics import f1_score
+
+from integration_helpers import FAST, compose_config, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from robustnlu.train import run
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    return write_snips_sample_jsonl(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="module")
+def trained(sample, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    cfg = compose_config([*FAST, *jsonl_overrides(sample)], out)
+    return out, run(cfg)
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_run_directory_holds_results_predictions_config_and_checkpoints(trained, sample):
+    out, results = trained
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk["metrics"] == results["metrics"]
+    for key in ("intent_acc", "slot_f1", "combined", "semer", "frame_acc", "ma_intent_combined"):
+        assert 0.0 <= on_disk["metrics"]["test"][key] <= 1.0 or key == "semer"
+    assert on_disk["sizes"] == {"train": 240, "valid": 60, "test": 60}
+    assert on_disk["seed"] == 0 and on_disk["method"] == "erm"
+    assert {"torch", "transformers", "pytorch-lightning", "robustnlu"} <= set(on_disk["versions"])
+    assert on_disk["wall_time_s"] > 0
+    assert (out / "config.yaml").is_file() and (out / "csv" / "metrics.csv").is_file()
+    assert (out / on_disk["best_checkpoint"]).is_file() and (out / "checkpoints" / "last.ckpt").is_file()
+    for split in ("valid", "test"):
+        rows = read_jsonl(out / "predictions" / f"{split}.jsonl")
+        gold = read_jsonl(sample[split])
+        assert sorted(r["uid"] for r in rows) == sorted(g["uid"] for g in gold)
+        assert all(len(r["pred_tags"]) == len(r["tokens"]) == len(r["gold_tags"]) for r in rows)
+
+
+@pytest.mark.parametrize("split", ["valid", "test"])
+def test_reported_metrics_equal_an_independent_recomputation_from_predictions(trained, split):
+    out, results = trained
+    rows = read_jsonl(out / "predictions" / f"{split}.jsonl")
+    acc = sum(r["gold_intent"] == r["pred_intent"] for r in rows) / len(rows)
+    f1 = f1_score([r["gold_tags"] for r in rows], [r["pred_tags"] for r in rows])
+    m = results["metrics"][split]
+    assert m["intent_acc"] == pytest.approx(acc)
+    assert m["slot_f1"] == pytest.approx(f1)
+    assert m["combined"] == pytest.approx((acc + f1) / 2)
+
+
+def test_training_learned_something(trained):
+    """Tiny random encoder, 240 utterances, 6 epochs: well above chance (1/7 intent accuracy,
+    slot F1 0)."""
+    _, results = trained
+    assert results["metrics"]["valid"]["intent_acc"] > 0.3
+    assert results["metrics"]["valid"]["slot_f1"] > 0.2
+
+
+def test_checkpoints_load_without_pickled_code_and_hold_plain_hparams(trained):
+    out, _ = trained
+    ckpt = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
+    hp = ckpt["hyper_parameters"]
+    assert hp["vocab"]["intents"] and hp["encoder_spec"]["kind"] == "tiny"
+    assert "encoder" not in hp  # the module itself is never pickled into hparams
+
+
+def test_same_seed_same_predictions(trained, sample, tmp_path):
+    out, results = trained
+    again = run(compose_config([*FAST, *jsonl_overrides(sample)], tmp_path))
+    assert again["metrics"] == results["metrics"]
+    assert (tmp_path / "predictions" / "test.jsonl").read_text() == (out / "predictions" / "test.jsonl").read_text()
+
+
+def test_fit_resumes_from_last_checkpoint(sample, tmp_path):
+    """A run stopped after 1 epoch, resumed with fit(ckpt_path=last), continues to epoch 2."""
+    from robustnlu.train import build_trainer
+
+    cfg = compose_config([*FAST, *jsonl_overrides(sample), "trainer.max_epochs=1"], tmp_path)
+    run(cfg)
+    ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert ckpt["epoch"] == 0
+    from robustnlu.module import SLUModule
+
+    module = SLUModule.load_from_checkpoint(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    cfg2 = compose_config([*FAST, *jsonl_overrides(sample), "trainer.max_epochs=2"], tmp_path / "resumed")
+    from robustnlu.data.datamodule import SLUDataModule
+    from robustnlu.data.readers import load_corpus
+    from robustnlu.model.encoders import load_tokenizer
+    from robustnlu.train import repo_root
+
+    corpus = load_corpus(cfg2.dataset, repo_root(cfg2))
+    dm = SLUDataModule(corpus, load_tokenizer(cfg2.encoder), corpus.vocab(), seed=0, **cfg2.data)
+    trainer = build_trainer(cfg2)
+    trainer.fit(module, datamodule=dm, ckpt_path=str(tmp_path / "checkpoints" / "last.ckpt"))
+    assert trainer.current_epoch == 2 and trainer.global_step == 2 * 15  # 240 / 16 = 15 steps per epoch
+
+
+def test_predict_cli_on_a_trained_checkpoint(trained, tmp_path):
+    out, _ = trained
+    ckpt = str(out / "checkpoints" / "last.ckpt")
+    one = run_cli(["--ckpt", ckpt, "play the latest album by adele"], cwd=tmp_path, module="robustnlu.predict")
+    assert one.returncode == 0, one.stderr
+    assert one.stdout.startswith("intent: ")
+    vocab = torch.load(ckpt, weights_only=True)["hyper_parameters"]["vocab"]
+    assert one.stdout.split()[1] in vocab["intents"]
+    texts = tmp_path / "in.txt"
+    texts.write_text("play adele\n\nbook a table for two in paris\n")
+    many = run_cli(["--ckpt", ckpt, "--file", str(texts), "--out", str(tmp_path / "p.jsonl")],
+                   cwd=tmp_path, module="robustnlu.predict")
+    assert many.returncode == 0, many.stderr
+    rows = read_jsonl(tmp_path / "p.jsonl")
+    assert [r["text"] for r in rows] == ["play adele", "book a table for two in paris"]
+    assert all(len(r["tags"]) == len(r["tokens"]) for r in rows)
