@@ -54,6 +54,9 @@ class SLUModule(pl.LightningModule):
             dropout=model["dropout"],
             crf=model["crf"],
         )
+        # from_pretrained returns modules in eval mode and Lightning keeps modes as found:
+        # without this the encoder's dropout would be off during fine-tuning.
+        self.model.train()
         self.objective = instantiate(method, intent_loss_scale=model["intent_loss_scale"])
         self.metrics = SLUMetrics(intents=eval_intents)
         self.prediction_rows: list[dict[str, Any]] = []

@@ -122,3 +122,19 @@ def test_predict_cli_on_a_trained_checkpoint(trained, tmp_path):
     rows = read_jsonl(tmp_path / "p.jsonl")
     assert [r["text"] for r in rows] == ["play adele", "book a table for two in paris"]
     assert all(len(r["tags"]) == len(r["tokens"]) for r in rows)
+
+
+def test_pretrained_encoder_trains_with_dropout_on(sample, tmp_path):
+    """Hugging Face's from_pretrained returns eval-mode modules; fine-tuning must enable dropout."""
+    from robustnlu.module import SLUModule
+
+    enc = {"kind": "tiny", "hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64,
+           "max_position_embeddings": 128}
+    from robustnlu.model.encoders import build_encoder
+
+    encoder = build_encoder(enc, vocab_size=100).eval()
+    module = SLUModule(model={"dropout": 0.1, "crf": False, "intent_loss_scale": 1.0},
+                       method={"_target_": "robustnlu.robust.erm.ERM", "name": "erm"},
+                       optimizer={}, vocab={"intents": ["a"], "tags": ["O"]}, eval_intents=["a"],
+                       encoder_spec=enc, encoder_config=encoder.config.to_dict(), encoder=encoder)
+    assert all(m.training for m in module.model.modules())

@@ -1,0 +1,77 @@
+"""Dataset readers: `load_corpus` turns a ``dataset`` config into a `Corpus`.
+
+One module per on-disk format, chosen by ``dataset.format``:
+
+- ``bio_lines`` (SNIPS, ATIS): `robustnlu.data.readers.bio_lines`
+- ``top_tree`` (TOP, TOPv2; non-nested trees only): `robustnlu.data.readers.top_tree`
+- ``conll_bio`` (MIT Movie + MIT Restaurant): `robustnlu.data.readers.conll_bio`
+- ``jsonl`` (the user's own data): `robustnlu.data.readers.jsonl`
+
+Malformed input raises `DataError` (``file:line: problem``); a bad config raises `ConfigError`.
+Readers only read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from robustnlu.data.readers.bio_lines import read_bio_lines
+from robustnlu.data.readers.common import FormatReader, Row, SplitRows, config_value
+from robustnlu.data.readers.conll_bio import read_conll_bio
+from robustnlu.data.readers.jsonl import read_jsonl
+from robustnlu.data.readers.top_tree import read_top_tree
+from robustnlu.data.utterance import SPLITS, Corpus
+from robustnlu.errors import ConfigError, DataError
+
+logger = logging.getLogger(__name__)
+
+READERS: dict[str, FormatReader] = {
+    "bio_lines": read_bio_lines,
+    "top_tree": read_top_tree,
+    "conll_bio": read_conll_bio,
+    "jsonl": read_jsonl,
+}
+
+
+def load_corpus(dataset_cfg: Mapping[str, Any], root: Path) -> Corpus:
+    """Read the dataset described by ``dataset_cfg`` (a dict or the Hydra ``cfg.dataset``).
+
+    Relative paths in the config are resolved against ``root``, the repository root (where
+    ``data/`` lives). Every uid of the corpus is unique across its splits.
+    """
+    cfg = dataset_cfg
+    if isinstance(cfg, DictConfig):  # mandatory values (???) stay the string "???"
+        cfg = OmegaConf.to_container(cfg, resolve=True)
+    name = config_value(cfg, "name")
+    fmt = config_value(cfg, "format")
+    if fmt not in READERS:
+        raise ConfigError(f"dataset.format: unknown format {fmt!r}; one of {sorted(READERS)}")
+    splits = READERS[fmt](cfg, Path(root))
+    check_unique_uids(splits)
+    corpus = Corpus(name, *([row.utterance for row in splits[split]] for split in SPLITS))
+    logger.info(
+        "dataset %s: %s utterances, %d intents",
+        name,
+        " / ".join(f"{len(corpus.split(s)):,} {s}" for s in SPLITS),
+        len(corpus.intents()),
+    )
+    return corpus
+
+
+def check_unique_uids(splits: SplitRows) -> None:
+    """Raise DataError at the second occurrence of any uid (within or across splits)."""
+    first_seen: dict[str, Row] = {}
+    for split in SPLITS:
+        for row in splits[split]:
+            uid = row.utterance.uid
+            if (first := first_seen.setdefault(uid, row)) is not row:
+                where = f"{first.path}:{first.line}"
+                raise DataError(row.path, row.line, f"duplicate uid {uid!r} (first at {where})")
+
+
+__all__ = ["READERS", "load_corpus"]

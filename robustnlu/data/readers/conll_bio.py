@@ -1,0 +1,76 @@
+"""``format: conll_bio``: ``TAG<TAB>word`` per line, a blank line between sentences (the MIT
+Movie and MIT Restaurant corpora, Liu et al. 2013).
+
+These corpora have no intents: each corpus is one intent and one domain (``movie``,
+``restaurant``), so a dataset joining several corpora gets one intent per corpus. They have
+no dev split either: valid is carved from the joined train (`carve_valid`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from robustnlu.data.readers.common import (
+    Row,
+    SplitRows,
+    carve_valid,
+    config_value,
+    make_uid,
+    read_lines,
+    split_mapping,
+    tag_problem,
+)
+from robustnlu.data.utterance import Utterance
+from robustnlu.errors import ConfigError, DataError
+
+
+def read_conll_bio(cfg: Mapping[str, Any], root: Path) -> SplitRows:
+    """Read ``<folder>/<file>`` for each corpus of ``dataset.corpora`` (intent -> folder) and
+    each split of ``dataset.files`` (train, test); valid is carved from the joined train."""
+    name = config_value(cfg, "name")
+    corpora = config_value(cfg, "corpora")
+    if not isinstance(corpora, Mapping) or not corpora:
+        raise ConfigError("dataset.corpora must map each corpus (= intent) to its folder")
+    files = split_mapping(cfg, "files", ("train", "test"))
+    splits: dict[str, list[Row]] = {"train": [], "test": []}
+    for corpus, folder in corpora.items():
+        for split, file in files.items():
+            path = root / folder / file
+            splits[split] += read_conll_file(path, name, f"{corpus}_{path.stem}", corpus)
+    train, valid = carve_valid(splits["train"], cfg)
+    return {"train": train, "valid": valid, "test": splits["test"]}
+
+
+def read_conll_file(path: Path, dataset: str, source: str, corpus: str) -> list[Row]:
+    """One file's sentences; uids are ``<dataset>-<source>-<sentence index>``."""
+    rows: list[Row] = []
+    tokens: list[str] = []
+    tags: list[str] = []
+    first_line = 0
+
+    def end_sentence() -> None:
+        if problem := tag_problem(tokens, tags):
+            raise DataError(path, first_line, f"sentence starting here: {problem}")
+        uid = make_uid(dataset, source, len(rows))
+        utterance = Utterance(uid, tuple(tokens), tuple(tags), intent=corpus, domain=corpus)
+        rows.append(Row(utterance, path, first_line))
+        tokens.clear()
+        tags.clear()
+
+    for line, text in enumerate(read_lines(path), start=1):
+        if not text.strip():
+            if tokens:
+                end_sentence()
+            continue
+        cells = text.split("\t")
+        if len(cells) != 2 or not all(c.strip() for c in cells):
+            raise DataError(path, line, f"expected TAG<TAB>word, got {text!r}")
+        if not tokens:
+            first_line = line
+        tags.append(cells[0].strip())
+        tokens.append(cells[1].strip())
+    if tokens:
+        end_sentence()
+    return rows
