@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install run test test-slow bench clean
+.PHONY: install run test test-slow test-gpu bench clean
 
 install: $(STAMP)
 
@@ -29,7 +29,10 @@ test: install
 	$(PY) -m pytest
 
 test-slow: install
-	$(PY) -m pytest -m "slow or not slow"
+	$(PY) -m pytest -m "not gpu"
+
+test-gpu: install
+	$(PY) -m pytest -m gpu
 
 # Speed and memory goals, printed as ratios measured side by side in one run.
 bench: install

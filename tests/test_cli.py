@@ -55,3 +55,57 @@ def test_secrets_never_reach_the_run_directory(sample, tmp_path):
         data = path.read_bytes()
         for value in secrets.values():
             assert value.encode() not in data, f"{value[:6]}… found in {path}"
+
+
+def _bio_lines_dataset(folder, bad_seq_in: bytes):
+    ok = (b"play adele\n", b"O B-artist\n", b"PlayMusic\n")
+    for split in ("train", "dev", "test"):
+        d = folder / split
+        d.mkdir(parents=True)
+        n = 3
+        seq_in = ok[0] * n if split != "train" else ok[0] + bad_seq_in + ok[0]
+        (d / "seq.in").write_bytes(seq_in)
+        (d / "seq.out").write_bytes(ok[1] * n)
+        (d / "label").write_bytes(ok[2] * n)
+    return ["dataset=snips", f"dataset.path={folder}"], folder / "train" / "seq.in"
+
+
+def _top_dataset(folder, bad_tree: str):
+    folder.mkdir(parents=True)
+    good = "play adele\tplay adele\t[IN:PLAY_MUSIC play [SL:ARTIST adele ] ]\n"
+    for name in ("train", "eval", "test"):
+        rows = good * 3 if name != "train" else good + f"play adele\tplay adele\t{bad_tree}\n" + good
+        (folder / f"{name}.tsv").write_text(rows)
+    return ["dataset=top", f"dataset.path={folder}"], folder / "train.tsv"
+
+
+def _conll_dataset(folder, bad_line: str):
+    overrides = ["dataset=mit"]
+    for corpus in ("movie", "restaurant"):
+        d = folder / corpus
+        d.mkdir(parents=True)
+        good = "O\tplay\nB-ACTOR\tadele\n\n"
+        (d / "train.bio").write_text(good * 20 if corpus == "restaurant" else "O\tplay\n" + bad_line + "\n\n" + good * 19)
+        (d / "test.bio").write_text(good * 3)
+        overrides.append(f"dataset.corpora.{corpus}={d}")
+    return overrides, folder / "movie" / "train.bio"
+
+
+OTHER_FORMATS = {
+    "bio_lines bad UTF-8": (lambda f: _bio_lines_dataset(f, b"play \xff adele\n"), 2, "UTF-8"),
+    "TOP unbalanced brackets": (lambda f: _top_dataset(f, "[IN:PLAY_MUSIC play [SL:ARTIST adele ]"), 2, "bracket"),
+    "CoNLL missing column": (lambda f: _conll_dataset(f, "B-ACTOR"), 2, "TAG<TAB>word"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(OTHER_FORMATS))
+def test_malformed_input_in_every_format(tmp_path, kind):
+    make, line, needle = OTHER_FORMATS[kind]
+    overrides, bad_file = make(tmp_path / "data")
+    proc = run_cli([*FAST, *overrides, f"hydra.run.dir={tmp_path / 'outputs' / 'run'}"], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {bad_file}:{line}: "), last
+    assert needle.lower() in last.lower()
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "outputs").exists()

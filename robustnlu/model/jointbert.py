@@ -43,28 +43,17 @@ class JointBERTOutput:
     x_enc: Tensor  # [b, d]
 
 
-class IntentClassifier(nn.Module):
-    """Dropout + linear layer on the pooled [CLS] representation."""
+class ClassifierHead(nn.Module):
+    """Dropout + linear layer: the intent head (on the pooled [CLS] representation) and the
+    slot head (on each word's first sub-token representation) are both one of these."""
 
-    def __init__(self, hidden_size: int, n_intents: int, dropout: float):
+    def __init__(self, hidden_size: int, n_labels: int, dropout: float):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
-        self.linear = nn.Linear(hidden_size, n_intents)
+        self.linear = nn.Linear(hidden_size, n_labels)
 
-    def forward(self, pooled: Tensor) -> Tensor:
-        return self.linear(self.dropout(pooled))
-
-
-class SlotClassifier(nn.Module):
-    """Dropout + linear layer on each word's first sub-token representation."""
-
-    def __init__(self, hidden_size: int, n_tags: int, dropout: float):
-        super().__init__()
-        self.dropout = nn.Dropout(dropout)
-        self.linear = nn.Linear(hidden_size, n_tags)
-
-    def forward(self, words: Tensor) -> Tensor:
-        return self.linear(self.dropout(words))
+    def forward(self, features: Tensor) -> Tensor:
+        return self.linear(self.dropout(features))
 
 
 def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
@@ -78,8 +67,8 @@ class JointBERT(nn.Module):
         super().__init__()
         self.encoder = encoder
         hidden = encoder.config.hidden_size
-        self.intent_classifier = IntentClassifier(hidden, n_intents, dropout)
-        self.slot_classifier = SlotClassifier(hidden, n_tags, dropout)
+        self.intent_classifier = ClassifierHead(hidden, n_intents, dropout)
+        self.slot_classifier = ClassifierHead(hidden, n_tags, dropout)
         self.crf = LinearChainCRF(n_tags) if crf else None
 
     def forward(self, batch: Mapping[str, Tensor]) -> JointBERTOutput:

@@ -339,8 +339,9 @@ def test_adam_steps_drive_the_nll_down():
         assert all(cur == (prev + 1) % T for prev, cur in zip(path[:-1], path[1:])), path
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 def test_cuda_matches_cpu():
+    """Run on a GPU machine with `make test-gpu` (deselected by default: CI has no GPU)."""
     lengths = [4, 3, 0, 1]
     crf, emissions, tags, mask = _random_case(30, lengths)
     cpu_nll = crf.neg_log_likelihood(emissions, tags, mask)
