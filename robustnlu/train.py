@@ -28,6 +28,7 @@ from robustnlu.model.encoders import build_encoder, load_tokenizer
 from robustnlu.module import SLUModule
 
 PACKAGES = ("robustnlu", "torch", "transformers", "pytorch-lightning", "torchmetrics", "hydra-core")
+SUMMARY_METRICS = ("intent_acc", "slot_f1", "combined", "semer", "frame_acc", "ma_intent_combined")
 
 
 def repo_root(cfg: DictConfig) -> Path:
@@ -43,6 +44,18 @@ def build_trainer(cfg: DictConfig) -> pl.Trainer:
     callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]
     loggers = [instantiate(c) for c in (cfg.logger or {}).values() if c is not None]
     return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
+
+
+def summary_table(metrics: dict[str, dict[str, float]]) -> str:
+    """Valid and test metrics of the best checkpoint and the valid → test drop (in points; the
+    robustness measure of the core paper, section 2.4 and Table 10)."""
+    widths = [len(k) + 2 for k in SUMMARY_METRICS]
+    rows = [f"{'':<6}" + "".join(f"{k:>{w}}" for k, w in zip(SUMMARY_METRICS, widths))]
+    for split in ("valid", "test"):
+        rows.append(f"{split:<6}" + "".join(f"{100 * metrics[split][k]:>{w}.2f}" for k, w in zip(SUMMARY_METRICS, widths)))
+    drops = [100 * (metrics["valid"][k] - metrics["test"][k]) for k in SUMMARY_METRICS]
+    rows.append(f"{'drop':<6}" + "".join(f"{d:>+{w}.2f}" for d, w in zip(drops, widths)))
+    return "\n".join(rows)
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
@@ -91,4 +104,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         for split in ("valid", "test"):
             atomic_write_jsonl(out_dir / "predictions" / f"{split}.jsonl", module.evaluations[split]["predictions"])
         atomic_write_json(out_dir / "results.json", results)
+        print(f"\n{corpus.name} / {results['method']} / seed {cfg.seed}: best checkpoint "
+              f"{results['best_checkpoint']} (metrics in %; drop = valid - test)\n{summary_table(results['metrics'])}\n"
+              f"run directory: {out_dir}")
     return results

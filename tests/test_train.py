@@ -138,3 +138,13 @@ def test_pretrained_encoder_trains_with_dropout_on(sample, tmp_path):
                        optimizer={}, vocab={"intents": ["a"], "tags": ["O"]}, eval_intents=["a"],
                        encoder_spec=enc, encoder_config=encoder.config.to_dict(), encoder=encoder)
     assert all(m.training for m in module.model.modules())
+
+
+def test_summary_table_drop_is_valid_minus_test_in_points():
+    from robustnlu.train import SUMMARY_METRICS, summary_table
+
+    valid = dict(zip(SUMMARY_METRICS, (0.9, 0.8, 0.85, 0.1, 0.7, 0.75)))
+    test = dict(zip(SUMMARY_METRICS, (0.8, 0.6, 0.7, 0.3, 0.5, 0.65)))
+    lines = summary_table({"valid": valid, "test": test}).splitlines()
+    assert lines[0].split() == list(SUMMARY_METRICS)
+    assert [float(x) for x in lines[3].split()[1:]] == [10.0, 20.0, 15.0, -20.0, 20.0, 10.0]
