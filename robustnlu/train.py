@@ -2,8 +2,9 @@
 computation lives in the data, model, objective, metrics and module code.
 
 The run directory (Hydra's runtime output dir) holds:
-- ``results.json``: valid and test metrics of the best checkpoint, the resolved config, seed,
-  package versions, wall time, split sizes;
+- ``results.json``: valid and test metrics of the best checkpoint (with per-cluster and
+  worst-cluster metrics under a SeqDrift split), the drift split's key and statistics, the
+  resolved config, seed, package versions, wall time, split sizes;
 - ``predictions/{valid,test}.jsonl``: uid, tokens, gold and predicted intent and tags;
 - ``config.yaml`` (resolved) and Hydra's ``.hydra/``; ``checkpoints/`` (best and last);
   ``csv/metrics.csv``; ``wandb/`` when ``logger=wandb``.
@@ -21,19 +22,16 @@ import pytorch_lightning as pl
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from robustnlu.cli import repo_root
 from robustnlu.data.datamodule import SLUDataModule
 from robustnlu.data.readers import load_corpus
 from robustnlu.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from robustnlu.model.encoders import build_encoder, load_tokenizer
 from robustnlu.module import SLUModule
+from robustnlu.seqdrift.pipeline import make_drift_split
 
 PACKAGES = ("robustnlu", "torch", "transformers", "pytorch-lightning", "torchmetrics", "hydra-core")
 SUMMARY_METRICS = ("intent_acc", "slot_f1", "combined", "semer", "frame_acc", "ma_intent_combined")
-
-
-def repo_root(cfg: DictConfig) -> Path:
-    """Where relative data paths are resolved: ``paths.root`` or the repository root."""
-    return Path(cfg.paths.root) if cfg.paths.root else Path(__file__).resolve().parents[1]
 
 
 def versions() -> dict[str, str]:
@@ -64,10 +62,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     pl.seed_everything(cfg.seed, workers=True)
 
     corpus = load_corpus(cfg.dataset, repo_root(cfg))  # raises DataError before anything is written
+    split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir)  # drift=none: as is
+    corpus = split.apply(corpus)
     vocab = corpus.vocab()
     tokenizer = load_tokenizer(cfg.encoder)
     encoder = build_encoder(cfg.encoder, vocab_size=len(tokenizer))
-    datamodule = SLUDataModule(corpus, tokenizer, vocab, seed=cfg.seed, **cfg.data)
+    datamodule = SLUDataModule(corpus, tokenizer, vocab, seed=cfg.seed, groups=split.groups(), **cfg.data)
     module = SLUModule(
         model=OmegaConf.to_container(cfg.model, resolve=True),
         method=OmegaConf.to_container(cfg.method, resolve=True),
@@ -92,6 +92,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "dataset": corpus.name,
         "method": cfg.method.get("name"),
         "seed": cfg.seed,
+        "drift": {"kind": cfg.drift.kind, "partial": cfg.drift.get("partial", False),
+                  "validation": cfg.validation.kind if cfg.drift.kind != "none" else "dataset",
+                  "split_key": split.key, "split_stats": split.stats},
         "metrics": {split: module.evaluations[split]["metrics"] for split in ("valid", "test")},
         "sizes": {split: len(corpus.split(split)) for split in ("train", "valid", "test")},
         "best_checkpoint": str(Path(best).relative_to(out_dir)) if best else None,

@@ -6,7 +6,7 @@ import pytest
 
 from integration_helpers import CONF, compose_config
 from robustnlu.data.readers import load_corpus
-from robustnlu.train import repo_root
+from robustnlu.cli import repo_root
 
 PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 
@@ -22,15 +22,21 @@ def test_default_config_is_snips_embedded_erm_with_table9_defaults(tmp_path):
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_experiment_preset_composes_and_names_a_loadable_dataset(preset, tmp_path):
     cfg = compose_config([f"+experiment={preset}"], tmp_path)
-    assert cfg.dataset.name == preset
-    assert cfg.optimizer.weight_decay == (0.002 if preset.startswith("top") else 0.02)
+    dataset, _, drift = preset.partition("_slot_")
+    assert cfg.dataset.name == dataset
+    assert cfg.drift.kind == (f"slot_{drift}" if drift else "none")
+    assert cfg.optimizer.weight_decay == (0.002 if preset.startswith("top") else 0.02)  # Table 9
+    if drift:  # Table 7: n-grams up to 5 for TOP, 6 for SNIPS (and the others)
+        assert cfg.drift.ngram_max == (5 if dataset == "top" else 6)
     folders = [cfg.dataset.path] if "path" in cfg.dataset else list(cfg.dataset.corpora.values())
     assert folders and all((repo_root(cfg) / f).is_dir() for f in folders)
 
 
-def test_presets_cover_every_shipped_dataset_config():
+def test_presets_cover_every_shipped_dataset_and_the_papers_drift_scenarios():
     datasets = {p.stem for p in (CONF / "dataset").glob("*.yaml")} - {"jsonl"}
-    assert datasets == set(PRESETS)
+    assert datasets == {p for p in PRESETS if "_slot_" not in p}
+    drift_presets = {f"{d}_slot_{k}" for d in ("snips", "atis", "top", "mit") for k in ("value", "context")}
+    assert drift_presets == {p for p in PRESETS if "_slot_" in p}
 
 
 def test_trainer_callbacks_and_loggers_instantiate(tmp_path):

@@ -97,7 +97,7 @@ def test_fit_resumes_from_last_checkpoint(sample, tmp_path):
     from robustnlu.data.datamodule import SLUDataModule
     from robustnlu.data.readers import load_corpus
     from robustnlu.model.encoders import load_tokenizer
-    from robustnlu.train import repo_root
+    from robustnlu.cli import repo_root
 
     corpus = load_corpus(cfg2.dataset, repo_root(cfg2))
     dm = SLUDataModule(corpus, load_tokenizer(cfg2.encoder), corpus.vocab(), seed=0, **cfg2.data)

@@ -1,0 +1,19 @@
+"""SeqDrift (core paper, section 3): covariate-drift train/valid/test splits of an SLU corpus.
+
+Clusters of utterances with similar slot values (``slot_value``) or slot contexts
+(``slot_context``) are moved as a whole into the test split (and, for o.o.d. validation, into
+the validation split) while the label distribution is kept close to the training one.
+
+- `robustnlu.seqdrift.split`: filtering and the split itself (pure; takes cluster ids);
+- `robustnlu.seqdrift.features` / `robustnlu.seqdrift.cluster`: n-gram features, spectral
+  clustering;
+- `robustnlu.seqdrift.stats`: Table-4-like statistics;
+- `robustnlu.seqdrift.artifact`: the content-addressed cache;
+- `robustnlu.seqdrift.pipeline`: `make_drift_split`, everything chained and cached;
+- ``python -m robustnlu.seqdrift``: the command line (conf/seqdrift.yaml).
+"""
+
+from robustnlu.seqdrift.pipeline import make_drift_split
+from robustnlu.seqdrift.split import Assignment, DriftSplit, SplitConfig, filter_utterances, split_by_clusters
+
+__all__ = ["Assignment", "DriftSplit", "SplitConfig", "filter_utterances", "make_drift_split", "split_by_clusters"]

@@ -1,0 +1,109 @@
+"""``python -m robustnlu.seqdrift [overrides] [--inspect[=N]]``: make a SeqDrift split.
+
+A Hydra app over ``conf/seqdrift.yaml`` (the ``dataset``, ``drift`` and ``validation`` groups of
+a training run). It computes the split, or reuses it from ``<cache_dir>/seqdrift/<key>/``,
+writes ``split.json``, ``stats.json`` and ``stats.txt`` to the run directory and prints the
+statistics table. ``--inspect`` (``--inspect=N``) also prints the 5 (N) largest test drift
+clusters, a few utterances each, like the paper's Table 5; it is rewritten to the override
+``inspect=5`` (``inspect=N``) before Hydra reads the command line, so ``inspect=N`` works too.
+
+Bad input or options print one line ``error: ...`` and exit with code 2 (no traceback, no run
+directory left behind).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from robustnlu.cli import repo_root, run_or_exit
+from robustnlu.errors import ConfigError
+
+DEFAULT_INSPECT = 5
+
+
+def rewrite_inspect(argv: list[str]) -> list[str]:
+    """``--inspect`` -> ``inspect=5``, ``--inspect=N`` -> ``inspect=N``; the rest unchanged."""
+    out = []
+    for arg in argv:
+        if arg == "--inspect":
+            out.append(f"inspect={DEFAULT_INSPECT}")
+        elif arg.startswith("--inspect="):
+            out.append(f"inspect={arg.split('=', 1)[1]}")
+        else:
+            out.append(arg)
+    return out
+
+
+def render(u) -> str:
+    """``intent | tokens`` with every slot span as ``[type: value]``."""
+    parts: list[str] = []
+    for token, tag in zip(u.tokens, u.tags):
+        if tag.startswith("I-") and parts and parts[-1].startswith(f"[{tag[2:]}: "):
+            parts[-1] = f"{parts[-1][:-1]} {token}]"
+        elif tag != "O":
+            parts.append(f"[{tag[2:]}: {token}]")
+        else:
+            parts.append(token)
+    return f"{u.intent:<24} {' '.join(parts)}"
+
+
+def inspect_clusters(split, corpus, n_clusters: int, n_examples: int) -> str:
+    """The ``n_clusters`` test drift clusters with most test examples, ``n_examples`` each."""
+    new = split.apply(corpus)
+    by_cluster = defaultdict(list)
+    for u in new.test:
+        a = split.assignments[u.uid]
+        if a.in_drift:
+            by_cluster[a.cluster].append(u)
+    sizes = Counter(a.cluster for a in split.assignments.values() if a.split != "removed")
+    largest = sorted(by_cluster, key=lambda c: (-len(by_cluster[c]), c))[:n_clusters]
+    if not largest:
+        return "no drift cluster in test"
+    lines = []
+    for c in largest:
+        utts = by_cluster[c]
+        intents = Counter(u.intent for u in utts).most_common(3)
+        lines.append(
+            f"cluster {c}: {len(utts)} test examples of {sizes[c]} "
+            f"({', '.join(f'{i} {k}' for i, k in intents)})"
+        )
+        lines += [f"  {render(u)}" for u in utts[:n_examples]]
+    return "\n".join(lines)
+
+
+def run(cfg: DictConfig) -> None:
+    from robustnlu.data.readers import load_corpus
+    from robustnlu.io import atomic_write_text
+    from robustnlu.seqdrift.artifact import write_split_files
+    from robustnlu.seqdrift.pipeline import make_drift_split
+    from robustnlu.seqdrift.stats import format_table
+
+    for key in ("inspect", "inspect_examples"):
+        value = cfg.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"{key}: {value!r} is not a non-negative integer")
+    corpus = load_corpus(cfg.dataset, repo_root(cfg))
+    split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir)
+    out_dir = Path(cfg.paths.output_dir)
+    table = format_table(split.stats)
+    write_split_files(out_dir, split)
+    atomic_write_text(out_dir / "stats.txt", table + "\n")
+    print(table)
+    if cfg.inspect > 0:
+        print()
+        print(inspect_clusters(split, corpus, cfg.inspect, cfg.inspect_examples))
+
+
+@hydra.main(version_base="1.3", config_path="../../conf", config_name="seqdrift")
+def main(cfg: DictConfig) -> None:
+    run_or_exit(run, cfg)
+
+
+if __name__ == "__main__":
+    sys.argv = rewrite_inspect(sys.argv)
+    main()

@@ -1,0 +1,68 @@
+"""Hand-made utterances, corpora and split configs for the SeqDrift tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from robustnlu.data.utterance import Corpus, Utterance
+from robustnlu.seqdrift.split import SplitConfig
+
+
+def utterance(uid: str, intent: str, slots: Sequence[str] = ("x",)) -> Utterance:
+    """``w0 <slot value> w1 <slot value> ...``: one single-token span per entry of ``slots``."""
+    tokens, tags = [], []
+    for k, slot in enumerate(slots):
+        tokens += [f"w{k}", f"{slot}{k}"]
+        tags += ["O", f"B-{slot}"]
+    tokens.append("end")
+    tags.append("O")
+    return Utterance(uid, tuple(tokens), tuple(tags), intent)
+
+
+def hand_config(**overrides) -> SplitConfig:
+    """No filtering; test/valid 10 %; labels with a projected count >= 10 constrained."""
+    values = dict(kind="slot_context", min_intent_freq=0, min_slot_freq=0, require_slots=False, min_projected_size=10)
+    values.update(overrides)
+    cfg = SplitConfig(**values)
+    cfg.check()
+    return cfg
+
+
+@pytest.fixture
+def make_utterance() -> Callable[..., Utterance]:
+    return utterance
+
+
+@pytest.fixture
+def config() -> Callable[..., SplitConfig]:
+    return hand_config
+
+
+@pytest.fixture
+def clustered() -> Callable[[Sequence[tuple[int, str, Sequence[str]]]], tuple[list[Utterance], list[int]]]:
+    """``clustered([(count, intent, slots, cluster), ...])`` -> (utterances, cluster ids), uids
+    ``u0000``, ``u0001``, ... in order."""
+
+    def build(groups):
+        utts, ids = [], []
+        for count, intent, slots, cluster in groups:
+            for _ in range(count):
+                utts.append(utterance(f"u{len(utts):04d}", intent, slots))
+                ids.append(cluster)
+        return utts, ids
+
+    return build
+
+
+@pytest.fixture
+def as_corpus() -> Callable[[Sequence[Utterance]], Corpus]:
+    """The utterances as a corpus (every 5th in valid, every 7th of the rest in test)."""
+
+    def build(utts, name="hand"):
+        valid = [u for i, u in enumerate(utts) if i % 5 == 4]
+        rest = [u for i, u in enumerate(utts) if i % 5 != 4]
+        return Corpus(name, [u for i, u in enumerate(rest) if i % 7 != 6], valid, [u for i, u in enumerate(rest) if i % 7 == 6])
+
+    return build
