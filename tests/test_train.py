@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -38,7 +39,12 @@ def test_run_directory_holds_results_predictions_config_and_checkpoints(trained,
     assert on_disk["seed"] == 0 and on_disk["method"] == "erm"
     assert {"torch", "transformers", "pytorch-lightning", "robustnlu"} <= set(on_disk["versions"])
     assert on_disk["wall_time_s"] > 0
-    assert (out / "config.yaml").is_file() and (out / "csv" / "metrics.csv").is_file()
+    assert (out / "config.yaml").is_file()
+    with open(out / "csv" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    epoch_rows = [r for r in rows if r.get("train/slot_loss")]
+    assert len(epoch_rows) == 6  # one per epoch (FAST trains 6)
+    assert all(float(r["train/slot_loss"]) > 0 and float(r["train/intent_loss"]) > 0 for r in epoch_rows)
     assert (out / on_disk["best_checkpoint"]).is_file() and (out / "checkpoints" / "last.ckpt").is_file()
     for split in ("valid", "test"):
         rows = read_jsonl(out / "predictions" / f"{split}.jsonl")
