@@ -38,8 +38,9 @@ The numbers
     read and tokenised, embedded encoder) in a subprocess with ``trainer.max_epochs=1
     ++trainer.limit_train_batches=N`` (60 by default) and 2 validation and test batches
     (``++``: ``conf/trainer`` has no such keys), no progress bar, in a temporary run directory;
-    its maximum resident set size as the kernel accounts it for that very child (``os.wait4``
-    rusage, ``ru_maxrss``). It includes the end-of-run validation, checkpointing and test.
+    its peak resident set size (``VmHWM``) as the child reads it for itself at exit
+    (`bench.child`; ``ru_maxrss`` would count this process's size at the spawn too). It
+    includes the end-of-run validation, checkpointing and test.
     Goal < 3 GB (decimal, 3·10⁹ bytes).
 
 The runs alternate (plain-dynamic, Lightning, plain-fixed, then again), ``repeats`` times each,

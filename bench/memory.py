@@ -6,17 +6,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _maxrss_bytes(ru_maxrss: int) -> int:
-    return ru_maxrss if sys.platform == "darwin" else ru_maxrss * 1024  # Linux reports KiB
 
 
 def cli_args(train_batches: int, eval_batches: int, run_dir: Path, extra: Sequence[str] = ()) -> list[str]:
@@ -34,23 +29,25 @@ def cli_args(train_batches: int, eval_batches: int, run_dir: Path, extra: Sequen
 
 def run_child(argv: Sequence[str], timeout_s: float = 600) -> dict[str, Any]:
     """Run ``python -m <argv>`` in a child process from the repository root and return its exit
-    code, wall time, full output and peak RSS from the kernel's accounting of that very child
-    (``os.wait4``), so nothing else on the machine is counted."""
+    code, wall time, full output and peak RSS, as the child itself reads it (`bench.child`), so
+    neither this process nor anything else on the machine is counted."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    with tempfile.TemporaryFile("w+b") as log:
-        started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", *argv], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-        killer = threading.Timer(timeout_s, proc.kill)
-        killer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            killer.cancel()
-        wall = time.perf_counter() - started
-        log.seek(0)
-        output = log.read().decode(errors="replace")
-    return {"returncode": os.waitstatus_to_exitcode(status), "wall_s": wall, "output": output,
-            "peak_rss_bytes": _maxrss_bytes(usage.ru_maxrss)}
+    with tempfile.TemporaryDirectory(prefix="robustnlu-bench-") as tmp:
+        peak_file = Path(tmp) / "peak_rss"
+        with open(Path(tmp) / "output.log", "w+b") as log:
+            started = time.perf_counter()
+            proc = subprocess.Popen([sys.executable, "-m", "bench.child", str(peak_file), *argv],
+                                    cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+            try:
+                returncode = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                returncode = proc.wait()
+            wall = time.perf_counter() - started
+            log.seek(0)
+            output = log.read().decode(errors="replace")
+        peak = int(peak_file.read_text()) if peak_file.exists() else 0
+    return {"returncode": returncode, "wall_s": wall, "output": output, "peak_rss_bytes": peak}
 
 
 def peak_rss_of_training_run(train_batches: int, eval_batches: int, extra: Sequence[str] = (),

@@ -1,7 +1,7 @@
 """SeqDrift clustering: the scalable spectral clustering against the paper's dense recipe.
 
 Each measurement runs in its own child process (``python -m bench.seqdrift DATASET KIND
-AFFINITY``), so that its peak RSS (``ru_maxrss`` of that child) is its own: the corpus is read
+AFFINITY``), so that its peak RSS (``VmHWM``, see `bench.child`) is its own: the corpus is read
 and filtered and its n-gram features built as a training run does (`robustnlu.seqdrift`), then
 only `spectral_clusters` is timed. Reported: seconds of clustering, peak RSS of the process.
 
@@ -15,12 +15,13 @@ only `spectral_clusters` is timed. Reported: seconds of clustering, peak RSS of 
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import time
 from pathlib import Path
 
 from omegaconf import OmegaConf
+
+from bench.child import peak_rss_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 TOPV2_DOMAINS = ("alarm", "event", "messaging", "music", "navigation", "reminder", "timer", "weather")
@@ -53,7 +54,7 @@ def measure(dataset: str, kind: str, affinity: str) -> dict:
     cfg = SplitConfig.from_configs(drift_config(kind, dataset), {"kind": "iid"})
     utterances = filter_utterances(load_utterances(dataset), cfg).utterances
     features = build_features(utterances, kind=cfg.kind, n_min=cfg.ngram_min, n_max=cfg.ngram_max, top_n=cfg.top_ngrams)
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    rss_before = peak_rss_bytes()
     started = time.perf_counter()
     labels = spectral_clusters(features.matrix, n_clusters=cfg.n_clusters, seed=cfg.seed, affinity=affinity)
     seconds = time.perf_counter() - started
