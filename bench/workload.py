@@ -71,16 +71,7 @@ def load_workload(cfg: DictConfig, n_batches: int) -> Workload:
     index_lists = list(islice(iter(sampler), n_batches))
 
     encoder = build_encoder(cfg.encoder, vocab_size=len(tokenizer))
-    module = SLUModule(
-        model=OmegaConf.to_container(cfg.model, resolve=True),
-        method=OmegaConf.to_container(cfg.method, resolve=True),
-        optimizer=OmegaConf.to_container(cfg.optimizer, resolve=True),
-        vocab=vocab.to_dict(),
-        eval_intents=corpus.intents(),
-        encoder_spec=OmegaConf.to_container(cfg.encoder, resolve=True),
-        encoder_config=encoder.config.to_dict(),
-        encoder=encoder,
-    )
+    module = SLUModule.from_config(cfg, vocab, corpus.intents(), encoder)
     return Workload(cfg, datamodule.datasets["train"], index_lists, tokenizer.pad_token_id, module)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 from torch import nn
 from transformers import get_linear_schedule_with_warmup
 
@@ -62,6 +63,22 @@ class SLUModule(pl.LightningModule):
         self.prediction_rows: list[dict[str, Any]] = []
         #: stage ("valid" / "test") → {"metrics": ..., "predictions": ...} of the last evaluation
         self.evaluations: dict[str, dict[str, Any]] = {}
+
+    @classmethod
+    def from_config(cls, cfg, vocab: LabelVocab, eval_intents: list[str], encoder: nn.Module) -> SLUModule:
+        """A new module from the composed run config (``cfg.model``, ``.method``,
+        ``.optimizer``, ``.encoder``) around a pre-trained ``encoder``."""
+        plain = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("model", "method", "optimizer", "encoder")}
+        return cls(
+            model=plain["model"],
+            method=plain["method"],
+            optimizer=plain["optimizer"],
+            vocab=vocab.to_dict(),
+            eval_intents=eval_intents,
+            encoder_spec=plain["encoder"],
+            encoder_config=encoder.config.to_dict(),
+            encoder=encoder,
+        )
 
     # --- training -------------------------------------------------------------------------
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:

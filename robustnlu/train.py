@@ -68,16 +68,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     tokenizer = load_tokenizer(cfg.encoder)
     encoder = build_encoder(cfg.encoder, vocab_size=len(tokenizer))
     datamodule = SLUDataModule(corpus, tokenizer, vocab, seed=cfg.seed, groups=split.groups(), **cfg.data)
-    module = SLUModule(
-        model=OmegaConf.to_container(cfg.model, resolve=True),
-        method=OmegaConf.to_container(cfg.method, resolve=True),
-        optimizer=OmegaConf.to_container(cfg.optimizer, resolve=True),
-        vocab=vocab.to_dict(),
-        eval_intents=corpus.intents(),
-        encoder_spec=OmegaConf.to_container(cfg.encoder, resolve=True),
-        encoder_config=encoder.config.to_dict(),
-        encoder=encoder,
-    )
+    module = SLUModule.from_config(cfg, vocab, corpus.intents(), encoder)
     config = OmegaConf.to_container(cfg, resolve=True)
     atomic_write_text(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
 
