@@ -207,7 +207,8 @@ def format_table(stats: Mapping[str, Any]) -> str:
         )
     c = stats["clusters"]
     if c["count"]:
-        hist = ", ".join(f"{k}: {v}" for k, v in c["size_histogram"].items() if v)
+        bins = sorted(c["size_histogram"].items(), key=lambda kv: int(kv[0].split("-")[0].rstrip("+")))
+        hist = ", ".join(f"{k}: {v}" for k, v in bins if v)  # by size (stats.json sorts its keys)
         lines.append(
             f"clusters: {c['count']} (+{c['isolated']:,} isolated utterances), drift clusters in test "
             f"{c['test']}, in valid {c['valid']}; largest {c['largest']:,}"

@@ -64,3 +64,18 @@ def test_split_statistics_and_table(clustered, config, as_corpus):
     assert stats["train_vs_test"]["intent_tvd"] == 0.0
     table = format_table(stats)
     assert "test" in table and "40" in table and "100.0" in table
+
+
+def test_printed_cluster_histogram_is_in_size_order():
+    from robustnlu.seqdrift.stats import format_table
+
+    labels = {"intent_pearson": 1.0, "intent_slot_pearson": 1.0, "label_pearson": 1.0, "intent_tvd": 0.0}
+    hist = {"1": 4, "10-19": 28, "2-4": 50, "500+": 6, "5-9": 39}
+    stats = {  # as read back from stats.json, whose keys are sorted
+        "dataset": "d", "description": "x", "corpus_size": 10, "kept": 10, "removed": 0, "removed_by_reason": {},
+        "relabelled_slots": [], "train_vs_test": labels, "train_vs_valid": labels,
+        "splits": {s: {"size": 1, "percent_of_corpus": 10.0, "drift": 0, "percent_drift": 0.0} for s in ("train", "valid", "test")},
+        "clusters": {"count": 5, "isolated": 0, "test": 1, "valid": 1, "largest": 600, "size_histogram": dict(sorted(hist.items()))},
+    }
+    line = next(ln for ln in format_table(stats).splitlines() if ln.startswith("cluster sizes:"))
+    assert line == "cluster sizes: 1: 4, 2-4: 50, 5-9: 39, 10-19: 28, 500+: 6"
