@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from robustnlu.data.datamodule import Collator, encode_utterances
+from robustnlu.data.readers.common import read_lines
 from robustnlu.data.utterance import Utterance
 from robustnlu.errors import DataError, RobustNLUError
 from robustnlu.io import atomic_write_jsonl
@@ -57,22 +58,9 @@ class Predictor:
         return rows
 
 
-def read_lines(path: Path) -> list[str]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError(path, None, "file not found") from None
-    except UnicodeDecodeError as err:
-        line = text_line_of_offset(path.read_bytes(), err.start)
-        raise DataError(path, line, f"not valid UTF-8 ({err.reason})") from None
-    lines = [ln.strip() for ln in text.splitlines()]
-    if not any(lines):
-        raise DataError(path, None, "file is empty")
-    return [ln for ln in lines if ln]
-
-
-def text_line_of_offset(data: bytes, offset: int) -> int:
-    return data.count(b"\n", 0, offset) + 1
+def read_utterances(path: Path) -> list[str]:
+    """The non-blank lines of ``path``, read strictly as UTF-8 like every dataset file."""
+    return [line.strip() for line in read_lines(path) if line.strip()]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bool(args.file) == bool(args.utterance):
         parser.error("give either an utterance or --file")
     try:
-        texts = read_lines(args.file) if args.file else [" ".join(args.utterance)]
+        texts = read_utterances(args.file) if args.file else [" ".join(args.utterance)]
         rows = Predictor(args.ckpt, args.device).predict(texts)
     except RobustNLUError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -62,12 +62,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     pl.seed_everything(cfg.seed, workers=True)
 
     corpus = load_corpus(cfg.dataset, repo_root(cfg))  # raises DataError before anything is written
-    split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir)  # drift=none: as is
-    corpus = split.apply(corpus)
+    drift_split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir)  # drift=none: as is
+    corpus = drift_split.apply(corpus)
     vocab = corpus.vocab()
     tokenizer = load_tokenizer(cfg.encoder)
     encoder = build_encoder(cfg.encoder, vocab_size=len(tokenizer))
-    datamodule = SLUDataModule(corpus, tokenizer, vocab, seed=cfg.seed, groups=split.groups(), **cfg.data)
+    datamodule = SLUDataModule(corpus, tokenizer, vocab, seed=cfg.seed, groups=drift_split.groups(), **cfg.data)
     module = SLUModule.from_config(cfg, vocab, corpus.intents(), encoder)
     config = OmegaConf.to_container(cfg, resolve=True)
     atomic_write_text(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
@@ -85,7 +85,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "seed": cfg.seed,
         "drift": {"kind": cfg.drift.kind, "partial": cfg.drift.get("partial", False),
                   "validation": cfg.validation.kind if cfg.drift.kind != "none" else "dataset",
-                  "split_key": split.key, "split_stats": split.stats},
+                  "split_key": drift_split.key, "split_stats": drift_split.stats},
         "metrics": {split: module.evaluations[split]["metrics"] for split in ("valid", "test")},
         "sizes": {split: len(corpus.split(split)) for split in ("train", "valid", "test")},
         "best_checkpoint": str(Path(best).relative_to(out_dir)) if best else None,

@@ -109,3 +109,12 @@ def test_malformed_input_in_every_format(tmp_path, kind):
     assert needle.lower() in last.lower()
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "outputs").exists()
+
+
+def test_predict_file_with_bad_utf8_names_file_and_line(tmp_path):
+    texts = tmp_path / "in.txt"
+    texts.write_bytes(b"play adele\nplay \xff jazz\n")
+    proc = run_cli(["--ckpt", str(tmp_path / "unused.ckpt"), "--file", str(texts)], cwd=tmp_path, module="robustnlu.predict")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith(f"error: {texts}:2: not valid UTF-8")
+    assert "Traceback" not in proc.stderr
