@@ -6,7 +6,14 @@ errors) and keeps one prediction row per utterance for ``predictions/<split>.jso
 
 Hyper-parameters are plain containers (dicts, lists, numbers, strings) so checkpoints load with
 ``torch.load(weights_only=True)``; the encoder's architecture is rebuilt from its stored config
-and its weights come from the state dict (no hub access needed to reload a checkpoint).
+and its weights come from the state dict (no hub access needed to reload a checkpoint). The
+objective's own parameters and buffers are in the state dict, its own optimisers' states and the
+model-selection state under ``objective_optimizers`` and ``selection`` in the checkpoint.
+
+Model selection (``selection=``): the checkpoint callback monitors a validation metric; an
+adversarial criterion (``selection.criterion``, e.g. Greedy-Minmax, thesis 5.3.4) receives
+per-example validation errors, losses and the objective's adversary log-weights each
+validation during fit and returns the metrics to log, among them the one monitored.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from robustnlu.data.utterance import LabelVocab
 from robustnlu.metrics import SLUMetrics
 from robustnlu.model.encoders import encoder_from_config
 from robustnlu.model.jointbert import JointBERT
+from robustnlu.robust.base import ModelSpec
 
 #: parameters without weight decay (JointBERT / BERT fine-tuning convention)
 NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias")
@@ -40,6 +48,7 @@ class SLUModule(pl.LightningModule):
         encoder_spec: dict[str, Any],
         encoder_config: dict[str, Any],
         encoder: nn.Module | None = None,
+        selection: dict[str, Any] | None = None,
     ):
         """``encoder_spec`` is the ``encoder=`` config (it names the tokenizer);
         ``encoder_config`` the encoder's Hugging Face config. ``encoder`` is the pre-trained
@@ -58,7 +67,22 @@ class SLUModule(pl.LightningModule):
         # from_pretrained returns modules in eval mode and Lightning keeps modes as found:
         # without this the encoder's dropout would be off during fine-tuning.
         self.model.train()
-        self.objective = instantiate(method, intent_loss_scale=model["intent_loss_scale"])
+        spec = ModelSpec(
+            hidden_size=self.model.encoder.config.hidden_size,
+            n_intents=len(self.vocab.intents),
+            n_tags=len(self.vocab.tags),
+            vocab_size=self.model.encoder.config.vocab_size,
+            encoder_config=encoder_config,
+        )
+        self.objective = instantiate(method, intent_loss_scale=model["intent_loss_scale"], spec=spec)
+        # the objective trains its own parameters itself (gradients averaged in `own_step`):
+        # DDP must not reduce them, nor overwrite its running state from rank 0
+        self._ddp_params_and_buffers_to_ignore = [f"objective.{n}" for n, _ in self.objective.named_parameters()] + [
+            f"objective.{n}" for n, _ in self.objective.named_buffers()
+        ]
+        criterion = (selection or {}).get("criterion")
+        self.selection = instantiate(criterion) if criterion else None
+        self.selection_rows: list[torch.Tensor] = []
         self.metrics = SLUMetrics(intents=eval_intents)
         self.prediction_rows: list[dict[str, Any]] = []
         #: stage ("valid" / "test") → {"metrics": ..., "predictions": ...} of the last evaluation
@@ -68,7 +92,8 @@ class SLUModule(pl.LightningModule):
     def from_config(cls, cfg, vocab: LabelVocab, eval_intents: list[str], encoder: nn.Module) -> SLUModule:
         """A new module from the composed run config (``cfg.model``, ``.method``,
         ``.optimizer``, ``.encoder``) around a pre-trained ``encoder``."""
-        plain = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("model", "method", "optimizer", "encoder")}
+        keys = ("model", "method", "optimizer", "encoder", "selection")
+        plain = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in keys}
         return cls(
             model=plain["model"],
             method=plain["method"],
@@ -78,7 +103,26 @@ class SLUModule(pl.LightningModule):
             encoder_spec=plain["encoder"],
             encoder_config=encoder.config.to_dict(),
             encoder=encoder,
+            selection=plain["selection"],
         )
+
+    def setup(self, stage: str) -> None:
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
+        if stage == "fit" and datamodule is not None:
+            self.objective.setup(datamodule, self.model)
+            weights = self.objective.sample_weights()
+            if weights is not None:
+                datamodule.use_sample_weights(weights)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["objective_optimizers"] = self.objective.optimizer_states()
+        if self.selection is not None:
+            checkpoint["selection"] = self.selection.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.objective.load_optimizer_states(checkpoint.get("objective_optimizers", {}))
+        if self.selection is not None and "selection" in checkpoint:
+            self.selection.load_state_dict(checkpoint["selection"])
 
     # --- training -------------------------------------------------------------------------
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
@@ -101,7 +145,7 @@ class SLUModule(pl.LightningModule):
 
     def configure_optimizers(self):
         opt = self.hparams.optimizer
-        named = list(self.named_parameters())
+        named = list(self.model.named_parameters())  # the objective trains its own parameters
         groups = [
             {"params": [p for n, p in named if not any(k in n for k in NO_DECAY)], "weight_decay": opt["weight_decay"]},
             {"params": [p for n, p in named if any(k in n for k in NO_DECAY)], "weight_decay": 0.0},
@@ -124,6 +168,8 @@ class SLUModule(pl.LightningModule):
             for ids, u in zip(tag_ids, gold, strict=True)
         ]
         groups = batch["groups"].tolist()
+        if split == "valid" and self.selection is not None and self.trainer.state.fn == "fit" and not self.trainer.sanity_checking:
+            self._selection_step(output, batch, pred_intents, pred_tags, gold)
         self.metrics.update(pred_intents, [u.intent for u in gold], pred_tags, [list(u.tags) for u in gold], groups)
         for u, pi, pt, g in zip(gold, pred_intents, pred_tags, groups, strict=True):
             self.prediction_rows.append(
@@ -131,10 +177,28 @@ class SLUModule(pl.LightningModule):
                  "gold_tags": list(u.tags), "pred_tags": pt, "group": g}
             )
 
+    def _selection_step(self, output, batch, pred_intents, pred_tags, gold) -> None:
+        """Per-example validation inputs of the selection criterion: 0-1 frame error (intent
+        or any tag wrong), loss l_slot + γ·l_intent and the adversary's log-weight."""
+        losses = self.model.task_losses(output, batch)
+        errors = [float(pi != u.intent or pt != list(u.tags)) for pi, pt, u in zip(pred_intents, pred_tags, gold, strict=True)]
+        log_weights = self.objective.validation_log_weights(losses)
+        if log_weights is None:
+            log_weights = torch.zeros_like(losses.slot)
+        self.selection_rows.append(
+            torch.stack([batch["index"].to(losses.slot), losses.slot.new_tensor(errors),
+                         self.objective.combined_losses(losses).detach(), log_weights.detach()], 1).float()
+        )
+
     def _eval_epoch_end(self, split: str) -> None:
         metrics = self.metrics.compute()
         self.metrics.reset()
         headline = {f"{split}/{k}": v for k, v in metrics.items() if not k.startswith("group/")}
+        if split == "valid" and self.selection_rows:
+            rows = torch.cat(self.selection_rows).cpu()
+            rows = rows[rows[:, 0].argsort()]  # dataset order: the same example in the same column every time
+            self.selection_rows = []
+            headline.update({f"valid/{k}": v for k, v in self.selection.update(rows[:, 1], rows[:, 2], rows[:, 3]).items()})
         self.log_dict(headline, batch_size=1)
         self.evaluations[split] = {"metrics": metrics, "predictions": sorted(self.prediction_rows, key=lambda r: r["uid"])}
         self.prediction_rows = []

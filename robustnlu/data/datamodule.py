@@ -122,14 +122,26 @@ class Collator:
 class ShuffledBatchSampler(Sampler[list[int]]):
     """Shuffled batches, a new order every epoch, deterministic given ``seed`` and the epoch.
 
+    With ``weights`` (group-balanced sampling, Sagawa et al. 2020): an epoch is n draws with
+    replacement, example i with probability ∝ ``weights[i]``, instead of a permutation.
+
     With ``bucketed=True`` (length bucketing): shuffle, cut into pools of
     ``pool_batches × batch_size`` examples, sort each pool by length, cut it into batches and
     shuffle the batches, so a batch holds examples of similar length (less padding) while the
     order stays random.
     """
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int, bucketed: bool = False, pool_batches: int = 50):
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        batch_size: int,
+        seed: int,
+        bucketed: bool = False,
+        pool_batches: int = 50,
+        weights: Sequence[float] | None = None,
+    ):
         self.lengths = np.asarray(lengths)
+        self.probabilities = None if weights is None else np.asarray(weights, dtype=np.float64) / np.sum(weights)
         self.batch_size = batch_size
         self.seed = seed
         self.bucketed = bucketed
@@ -144,7 +156,8 @@ class ShuffledBatchSampler(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         rng = np.random.default_rng([self.seed, self.epoch])
-        order = rng.permutation(len(self.lengths))
+        n = len(self.lengths)
+        order = rng.permutation(n) if self.probabilities is None else rng.choice(n, size=n, p=self.probabilities)
         if not self.bucketed:
             batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         else:
@@ -190,6 +203,15 @@ class SLUDataModule(pl.LightningDataModule):
         self.collate = Collator(tokenizer.pad_token_id, pad_to)
         self.datasets: dict[str, EncodedDataset] = {}
         self.train_sampler: ShuffledBatchSampler | None = None
+        self.sample_weights: torch.Tensor | None = None
+
+    def use_sample_weights(self, weights: torch.Tensor) -> None:
+        """Draw training batches with probability ∝ ``weights`` (one per training example;
+        the objective's `sample_weights`, e.g. group-balanced sampling)."""
+        if len(weights) != len(self.datasets["train"]):
+            raise ValueError(f"{len(weights)} sample weights for {len(self.datasets['train'])} training examples")
+        self.sample_weights = weights
+        self.train_sampler = None
 
     def setup(self, stage: str | None = None) -> None:
         for split in ("train", "valid", "test"):
@@ -210,7 +232,10 @@ class SLUDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         ds = self.datasets["train"]
         if self.train_sampler is None:
-            self.train_sampler = ShuffledBatchSampler(ds.lengths(), self.batch_size, self.seed, self.length_bucketing)
+            weights = None if self.sample_weights is None else self.sample_weights.tolist()
+            self.train_sampler = ShuffledBatchSampler(
+                ds.lengths(), self.batch_size, self.seed, self.length_bucketing, weights=weights
+            )
         return self._loader("train", batch_sampler=self.train_sampler)
 
     def val_dataloader(self) -> DataLoader:

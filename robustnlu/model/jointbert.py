@@ -28,12 +28,14 @@ IGNORE_INDEX = -100
 @dataclass
 class TaskLosses:
     """Per-example task losses of one batch (shape ``[b]`` each), the encoder's mean-pooled
-    representation ``x_enc`` (``[b, d]``) and the batch's group ids (``[b]``, -1 = none)."""
+    representation ``x_enc`` (``[b, d]``) and the collated batch they come from (``inputs``:
+    token ids, labels, ``index`` = positions in the split's dataset, ``groups`` = SeqDrift
+    cluster ids, -1 = none): what a robust objective may look at."""
 
     slot: Tensor
     intent: Tensor
     x_enc: Tensor
-    groups: Tensor | None = None
+    inputs: Mapping[str, Tensor]
 
 
 @dataclass
@@ -103,7 +105,7 @@ class JointBERT(nn.Module):
         slot = per_word.sum(1) if per_word.dim() == 2 else per_word
         slot = slot / n_words.clamp_min(1).to(slot.dtype)
         intent = F.cross_entropy(output.intent_logits, batch["intent_labels"], ignore_index=IGNORE_INDEX, reduction="none")
-        return TaskLosses(slot=slot, intent=intent, x_enc=output.x_enc, groups=batch.get("groups"))
+        return TaskLosses(slot=slot, intent=intent, x_enc=output.x_enc, inputs=batch)
 
     @torch.no_grad()
     def decode(self, output: JointBERTOutput, word_mask: Tensor) -> tuple[list[int], list[list[int]]]:

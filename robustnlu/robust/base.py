@@ -2,34 +2,134 @@
 
 Algorithm 1 applies the method's reduction to the slot loss and to the intent loss separately
 and forms L = L_slot + γ·L_intent (γ = the intent loss scaler of section 5 "SLU Model").
-A subclass implements `reduce`; methods with their own parameters (an autoencoder, an
-adversary) own them as sub-modules, and their state (running averages, group weights) lives in
-buffers so that it is saved in checkpoints and loads with ``weights_only=True``.
+A subclass implements `reduce`, or `forward` when one computation serves both tasks.
+
+A method with its own parameters (an autoencoder, an adversary network) owns them as
+sub-modules and trains them with its own optimiser (`add_optimizer` / `own_step`): they are
+not in the model's optimiser, the model's loss never back-propagates into them, and their
+optimiser state travels in the checkpoint (`optimizer_states`). Running state (group weights,
+averages, windows) lives in buffers: saved with the model, loadable with ``weights_only=True``,
+and resized on load when its size depends on the data (`StateBuffers`).
+
+Life cycle: constructed from the ``method=`` config with γ and the `ModelSpec`; `setup` once
+per fit with the data module and the model, before a checkpoint is restored (so anything it
+initialises is overwritten when resuming); `forward` at every training step;
+`validation_log_weights` on validation batches for adversarial model selection.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
 from torch import Tensor, nn
 
 from robustnlu.model.jointbert import TaskLosses
 
 
-class RobustObjective(nn.Module):
+@dataclass(frozen=True)
+class ModelSpec:
+    """What an objective may need to size its own networks: the SLU model's encoder hidden
+    size, label counts, the tokenizer's vocabulary size and the encoder's HF config."""
+
+    hidden_size: int
+    n_intents: int
+    n_tags: int
+    vocab_size: int
+    encoder_config: dict[str, Any]
+
+
+class StateBuffers(nn.Module):
+    """A module whose buffers are running state: loading a state dict whose buffer has another
+    shape (state sized by the data, e.g. one weight per group) replaces the buffer instead of
+    failing, so a checkpoint loads without the data (``robustnlu.predict``)."""
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        for name, buf in self._buffers.items():
+            key = prefix + name
+            if buf is not None and key in state_dict and state_dict[key].shape != buf.shape:
+                self._buffers[name] = torch.empty_like(state_dict[key], device=buf.device)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class RobustObjective(StateBuffers):
     #: "slot" and "intent": the two task losses Algorithm 1 reduces.
     TASKS = ("slot", "intent")
+    #: the training batches the method expects: "shuffle" (uniform) or "group_balanced"
+    #: (each example drawn with probability reciprocal to its group's frequency, Sagawa et al.
+    #: 2020); see `sample_weights`.
+    sampling = "shuffle"
 
-    def __init__(self, name: str = "", intent_loss_scale: float = 1.0):
+    def __init__(self, name: str = "", intent_loss_scale: float = 1.0, spec: ModelSpec | None = None):
         """``name`` is the method's config name (``method.name``), γ = ``intent_loss_scale``."""
         super().__init__()
         self.name = name
         self.intent_loss_scale = float(intent_loss_scale)
+        self.spec = spec
+        self._optimizers: dict[str, torch.optim.Optimizer] = {}
 
-    def reduce(self, losses: Tensor, task: str, batch: TaskLosses) -> Tensor:
+    # --- the objective ---------------------------------------------------------------------
+    def reduce(self, losses: Tensor, task: str, step: TaskLosses) -> Tensor:
         """Reduce one task's per-example losses ``[b]`` to a scalar."""
         raise NotImplementedError
 
-    def forward(self, batch: TaskLosses) -> Tensor:
+    def forward(self, step: TaskLosses) -> Tensor:
         """L = reduce(l_slot) + γ · reduce(l_intent)."""
-        slot = self.reduce(batch.slot, "slot", batch)
-        intent = self.reduce(batch.intent, "intent", batch)
+        slot = self.reduce(step.slot, "slot", step)
+        intent = self.reduce(step.intent, "intent", step)
         return slot + self.intent_loss_scale * intent
+
+    def combined_losses(self, step: TaskLosses) -> Tensor:
+        """Per-example l_slot + γ·l_intent: the one loss per utterance that methods weighting
+        whole examples (one weight for both tasks) reweight."""
+        return step.slot + self.intent_loss_scale * step.intent
+
+    # --- hooks -----------------------------------------------------------------------------
+    def setup(self, datamodule, model: nn.Module) -> None:
+        """Called once per fit with the set-up data module (``datamodule.datasets["train"]``
+        is what ``inputs["index"]`` indexes) and the SLU model, before a checkpoint restore."""
+
+    def sample_weights(self) -> Tensor | None:
+        """Per training example sampling weights for ``sampling = "group_balanced"``."""
+        return None
+
+    def validation_log_weights(self, step: TaskLosses) -> Tensor | None:
+        """The adversary's unnormalised log-weights ``[b]`` of validation examples, for
+        Minmax / Greedy-Minmax selection (thesis 5.3.3); None for methods without one."""
+        return None
+
+    # --- own parameters --------------------------------------------------------------------
+    def add_optimizer(self, name: str, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        self._optimizers[name] = optimizer
+        return optimizer
+
+    def own_parameters(self) -> Iterable[nn.Parameter]:
+        """Parameters the method trains itself (excluded from the model's optimiser)."""
+        return self.parameters()
+
+    def own_step(self, name: str, loss: Tensor, max_grad_norm: float | None = None) -> None:
+        """One update of the method's own parameters under optimiser ``name``: backward of
+        ``loss`` (which must not reach the SLU model), gradients averaged over processes under
+        DDP (these parameters are outside DDP's reducer), optional clipping, step."""
+        optimizer = self._optimizers[name]
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward(inputs=params)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            world = torch.distributed.get_world_size()
+            for p in params:
+                if p.grad is not None:
+                    torch.distributed.all_reduce(p.grad)
+                    p.grad /= world
+        if max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        optimizer.step()
+
+    def optimizer_states(self) -> dict[str, dict]:
+        return {name: opt.state_dict() for name, opt in self._optimizers.items()}
+
+    def load_optimizer_states(self, states: dict[str, dict]) -> None:
+        for name, state in states.items():
+            self._optimizers[name].load_state_dict(state)

@@ -1,0 +1,48 @@
+"""`GroupedObjective`: the base of the methods that reduce losses per group (TopK-Group,
+Group-DRO, Topic-CVaR): the group source (``adversary=``) gives each training example its
+membership over G groups; a batch's memberships are looked up by the examples' dataset index."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from robustnlu.adversary.groups import GroupSource
+from robustnlu.model.jointbert import TaskLosses
+from robustnlu.robust.base import RobustObjective
+
+
+class GroupedObjective(RobustObjective):
+    def __init__(self, groups: GroupSource, sampling: str = "shuffle", **kwargs):
+        """``groups``: the group source; ``sampling``: "shuffle" or "group_balanced"."""
+        super().__init__(**kwargs)
+        if sampling not in ("shuffle", "group_balanced"):
+            raise ValueError(f"sampling={sampling!r}: expected 'shuffle' or 'group_balanced'")
+        self.group_source = groups
+        self.sampling = sampling
+        self.register_buffer("membership", None, persistent=False)
+
+    @property
+    def n_groups(self) -> int:
+        return self.membership.size(1)
+
+    def setup(self, datamodule, model) -> None:
+        self.membership = self.group_source.memberships(datamodule)
+        self.on_groups(self.n_groups)
+
+    def on_groups(self, n_groups: int) -> None:
+        """Size the method's per-group state once the number of groups is known."""
+
+    def batch_membership(self, step: TaskLosses) -> Tensor:
+        """``[b, G]`` memberships of the batch's examples (training batches only)."""
+        if self.membership.device != step.slot.device:  # set up before the model moved
+            self.membership = self.membership.to(step.slot.device)
+        return self.membership[step.inputs["index"]].to(step.slot.dtype)
+
+    def sample_weights(self) -> Tensor | None:
+        """Group-balanced sampling (Sagawa et al. 2020): example i is drawn with probability
+        ∝ Σ_g M_ig / n_g with n_g = Σ_i M_ig, i.e. reciprocal to its group's frequency (for hard
+        groups every group is drawn equally often)."""
+        if self.sampling != "group_balanced":
+            return None
+        sizes = self.membership.sum(0).clamp_min(1e-12)
+        return (self.membership / sizes).sum(1).cpu()
