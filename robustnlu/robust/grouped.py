@@ -4,11 +4,31 @@ membership over G groups; a batch's memberships are looked up by the examples' d
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from robustnlu.adversary.groups import GroupSource
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.base import RobustObjective
+
+
+def group_topk_losses(losses: Tensor, membership: Tensor, k: int) -> Tensor:
+    """Per-group top-k loss of the groups present in the batch (core paper App. B, TopK-AE-Prob;
+    section 4.3, TopK-Group): Ĥ = H ∘ l (``membership`` H ``[b, G]`` times the per-example
+    losses l ``[b]``), truncated to each column's k largest entries and averaged per group.
+
+    The divisor is min(k, number of examples with non-zero membership): for soft memberships
+    (every example belongs to every group a little) that is exactly k, as in App. B; for hard
+    memberships a group with fewer than k members in the batch averages over the members it has
+    (TopK-Group's "TopK loss per group"), rather than counting non-members as zero losses.
+    Returns ``[G']``, one entry per group with at least one member in the batch.
+    """
+    k = min(k, losses.numel())
+    weighted = membership * losses.unsqueeze(1)
+    top = weighted.topk(k, dim=0).values
+    members = (membership > 0).sum(0)
+    present = members > 0
+    return top.sum(0)[present] / members[present].clamp(max=k).to(losses.dtype)
 
 
 class GroupedObjective(RobustObjective):
