@@ -1,0 +1,1 @@
+"""Reading run directories back: comparisons, tables and significance tests over many runs."""

@@ -1,0 +1,96 @@
+"""``python -m robustnlu.analysis.compare RUN_OR_SWEEP_DIR...``: the test metrics of finished
+runs side by side, each with its relative change to the first run (the baseline, e.g. ERM), as
+the core paper's result tables report it (Tables 11-14: "%" columns = relative change to ERM).
+
+A directory is a run directory (it holds ``results.json``) or a sweep directory whose
+sub-directories are runs (Hydra multirun: ``<sweep>/<job number>/``, taken in job order).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from robustnlu.errors import DataError, RobustNLUError
+
+#: (results key, column title, higher is better)
+COLUMNS = (
+    ("combined", "COMBINED", True),
+    ("intent_acc", "intent acc", True),
+    ("slot_f1", "slot F1", True),
+    ("semer", "SEMER", False),
+    ("frame_acc", "frame acc", True),
+)
+
+
+def run_dirs(paths: list[Path]) -> list[Path]:
+    """Run directories of ``paths``, expanding sweep directories (sub-directories in job order)."""
+    found = []
+    for path in paths:
+        if (path / "results.json").is_file():
+            found.append(path)
+            continue
+        subdirs = [p for p in path.iterdir() if (p / "results.json").is_file()] if path.is_dir() else []
+        if not subdirs:
+            raise DataError(path, None, "neither a run directory (no results.json) nor a sweep of finished runs")
+        found += sorted(subdirs, key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, p.name))
+    return found
+
+
+def load_results(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "results.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise DataError(path, err.lineno, f"invalid JSON: {err.msg}") from None
+
+
+def relative_change(value: float, baseline: float) -> float:
+    """(value − baseline) / baseline in percent (the paper's "%" columns)."""
+    return 100.0 * (value - baseline) / baseline if baseline else float("nan")
+
+
+def comparison_table(runs: list[dict[str, Any]], labels: list[str]) -> str:
+    """One row per run: test metrics (%) and the valid → test COMBINED drop (points); below each
+    metric of a non-baseline run, its relative change to the baseline (first run) in %."""
+    base = runs[0]["metrics"]["test"]
+    width = max(len(label) for label in labels) + 2
+    head = f"{'run':<{width}}" + "".join(f"{title:>16}" for _, title, _ in COLUMNS) + f"{'drop':>10}"
+    lines = [head]
+    for label, results in zip(labels, runs, strict=True):
+        test, valid = results["metrics"]["test"], results["metrics"]["valid"]
+        cells = []
+        for key, _, _ in COLUMNS:
+            cell = f"{100 * test[key]:.2f}"
+            if results is not runs[0]:
+                cell += f" ({relative_change(test[key], base[key]):+.2f}%)"
+            cells.append(f"{cell:>16}")
+        drop = 100 * (valid["combined"] - test["combined"])
+        lines.append(f"{label:<{width}}" + "".join(cells) + f"{drop:>+10.2f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m robustnlu.analysis.compare", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dirs", nargs="+", type=Path, help="run directories or sweep directories")
+    args = parser.parse_args(argv)
+    try:
+        dirs = run_dirs(args.dirs)
+        runs = [load_results(d) for d in dirs]
+    except RobustNLUError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    labels = [f"{r['method']} (seed {r['seed']})" for r in runs]
+    first = runs[0]
+    print(f"{first['dataset']}, drift {first['drift']['kind']}; test metrics in %, "
+          f"(relative change to {labels[0]}), drop = valid - test COMBINED in points")
+    print(comparison_table(runs, labels))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""`python -m robustnlu.analysis.compare`: relative changes by hand, sweep expansion, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from robustnlu.analysis.compare import main, relative_change
+
+
+def write_run(folder, method, combined_test, combined_valid=0.9):
+    metrics = {"combined": combined_test, "intent_acc": 0.9, "slot_f1": 0.8, "semer": 0.1, "frame_acc": 0.7}
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps({
+        "dataset": "snips", "method": method, "seed": 0, "drift": {"kind": "slot_context"},
+        "metrics": {"test": metrics, "valid": {**metrics, "combined": combined_valid}},
+    }))
+
+
+def test_relative_change_is_in_percent_of_the_baseline():
+    assert relative_change(0.93, 0.90) == pytest.approx(3.3333333)
+    assert relative_change(0.88, 0.80) == pytest.approx(10.0)
+
+
+def test_sweep_directory_lists_jobs_in_order_with_relative_change(tmp_path, capsys):
+    write_run(tmp_path / "sweep" / "1", "topk", 0.88)
+    write_run(tmp_path / "sweep" / "0", "erm", 0.80)
+    assert main([str(tmp_path / "sweep")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rows = [line for line in out if line.startswith(("erm", "topk"))]
+    assert rows[0].startswith("erm") and rows[1].startswith("topk")
+    assert "88.00 (+10.00%)" in rows[1] and "(+" not in rows[0]
+    assert rows[1].rstrip().endswith("+2.00")  # drop: valid 90.00 - test 88.00
+
+
+def test_a_directory_without_runs_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main([str(tmp_path / "empty")]) == 2
+    assert "neither a run directory" in capsys.readouterr().err
