@@ -1,0 +1,87 @@
+"""Group-DRO (Sagawa et al. 2020, "Distributionally Robust Neural Networks for Group Shifts",
+Algorithm 1 and their minibatch code ``loss.py``; core paper section 4.2 and App. C).
+
+Exponentiated-gradient weights q over the G groups, uniform at the start. Every training step:
+
+1. per-group mean losses of the groups present in the batch, L_g = Σ_i M_ig l_i / Σ_i M_ig
+   (M = the batch's memberships; one-hot for hard groups, Sagawa's ``compute_group_avg``);
+2. q update from the detached L_g, in log space: log q_g ← ρ·log q_g + η·L_g for the present
+   groups, then log q ← log_softmax(log q). An absent group keeps its unnormalised weight, as in
+   Sagawa's code, where its loss is 0 and exp(η·0) = 1;
+3. loss = Σ_{g present} q_g L_g with the updated q (Sagawa's ``group_loss @ adv_probs``).
+
+η = ``step_size``. ρ = ``decay`` is our reading of the "geometric decay of the exponential average"
+the core paper added as an option (App. C, Table 9 "geometric decay: True, False"; no formula is
+given): with every group present, log q_t = η Σ_s ρ^(t−s) L_s + const, i.e. old group losses are
+forgotten geometrically; ρ = 1 is Sagawa's update (their sum of all past losses).
+
+Two tasks: Algorithm 1 of the core paper reduces the slot and the intent loss separately, so by
+default each task has its own q, updated from its own group losses (``shared_weights=False``).
+``shared_weights=True`` keeps one q updated from the group losses of l_slot + γ·l_intent, the
+single-loss setting of Sagawa et al.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from robustnlu.adversary.groups import GroupSource
+from robustnlu.model.jointbert import TaskLosses
+from robustnlu.robust.grouped import GroupedObjective
+
+#: the loss the single q of ``shared_weights=True`` follows
+COMBINED = "combined"
+
+
+class GroupDRO(GroupedObjective):
+    def __init__(self, groups: GroupSource, step_size: float = 0.1, decay: float = 1.0,
+                 shared_weights: bool = False, sampling: str = "group_balanced", **kwargs):
+        """``step_size`` η > 0; ``decay`` ρ ∈ (0, 1] (1 = no decay); ``shared_weights``: one q
+        for l_slot + γ·l_intent instead of one per task."""
+        super().__init__(groups, sampling=sampling, **kwargs)
+        if step_size <= 0:
+            raise ValueError(f"step_size={step_size}: expected > 0")
+        if not 0 < decay <= 1:
+            raise ValueError(f"decay={decay}: expected 0 < decay <= 1")
+        self.step_size = float(step_size)
+        self.decay = float(decay)
+        self.weight_sets = (COMBINED,) if shared_weights else self.TASKS
+        for name in self.weight_sets:  # sized in on_groups; a checkpoint's size replaces it
+            self.register_buffer(self._buffer(name), torch.zeros(0))
+
+    @staticmethod
+    def _buffer(name: str) -> str:
+        return f"log_q_{name}"
+
+    def log_group_weights(self, name: str) -> Tensor:
+        """log q ``[G]`` of weight set ``name`` ("slot", "intent" or "combined")."""
+        return getattr(self, self._buffer(name))
+
+    def on_groups(self, n_groups: int) -> None:
+        for name in self.weight_sets:
+            device = self.log_group_weights(name).device
+            setattr(self, self._buffer(name), torch.full((n_groups,), -math.log(n_groups), device=device))
+
+    def forward(self, step: TaskLosses) -> Tensor:
+        if self.weight_sets == (COMBINED,):
+            return self.robust_loss(self.combined_losses(step), COMBINED, step)
+        return super().forward(step)
+
+    def reduce(self, losses: Tensor, task: str, step: TaskLosses) -> Tensor:
+        return self.robust_loss(losses, task, step)
+
+    def robust_loss(self, losses: Tensor, name: str, step: TaskLosses) -> Tensor:
+        """Update q of weight set ``name`` from the batch's group losses; return Σ_g q_g L_g."""
+        membership = self.batch_membership(step)
+        counts = membership.sum(0)
+        present = counts > 0
+        group_losses = (losses @ membership) / torch.where(present, counts, torch.ones_like(counts))
+        log_q = self.log_group_weights(name)
+        with torch.no_grad():
+            step_losses = group_losses.detach().to(log_q.dtype)
+            log_q.copy_(torch.log_softmax(
+                torch.where(present, self.decay * log_q + self.step_size * step_losses, log_q), dim=0))
+        return group_losses @ log_q.exp().to(losses.dtype)
