@@ -1,0 +1,66 @@
+"""TopK-AE (core paper section 4.3, Appendix B, Algorithm 1): TopK loss per latent group, the
+groups inferred online by an autoencoder on the encoder representations X_enc.
+
+One training step (Algorithm 1):
+
+1. update the autoencoder once on the detached X_enc (lines 7-8) with its own AdamW optimiser
+   (learning rate λ_AE, weight decay α_AE: App. B names both, not the optimiser, so AdamW is our
+   reading; Table 9 gives no α_AE, the default 0.01 is torch's). One autoencoder serves both
+   tasks (App. B: "we found it beneficial to share one autoencoder for both task losses");
+2. with the *updated* autoencoder compute H (eq. 1), the group assignment (lines 9-10);
+   ``assignment: prob`` (TopK-AE-Prob) uses H, ``bin`` (TopK-AE-Bin) its one-hot argmax;
+3. per task, Ĥ = H ∘ l (for near-uniform early codes ≈ l/c, a small loss) truncated to each group's top-k and averaged (`group_topk_losses`);
+   the task's batch loss is the largest group loss (App. B "The final batch loss is max(l̂)");
+4. L = L̂_slot + γ·L̂_intent (section 5 "SLU Model": γ = ``model.intent_loss_scale`` scales the
+   intent loss; Algorithm 1 line 12 writes L̂_slot + L̂_intent, i.e. γ = 1).
+
+H is computed without gradient: App. B's Ĥ = H ∘ l uses H as the group assignment, so the SLU
+loss neither trains the autoencoder (it has its own loss and optimiser) nor back-propagates
+through H into the encoder; the encoder gets gradients through the task losses l only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from robustnlu.adversary.autoencoder import OnlineAutoencoder
+from robustnlu.model.jointbert import TaskLosses
+from robustnlu.robust.base import RobustObjective
+from robustnlu.robust.grouped import group_topk_losses
+
+ASSIGNMENTS = ("prob", "bin")
+
+
+class TopKAE(RobustObjective):
+    def __init__(self, adversary: Callable[..., OnlineAutoencoder], k: int = 4, assignment: str = "prob",
+                 ae_lr: float = 3e-4, ae_weight_decay: float = 0.01, **kwargs):
+        """``adversary``: the autoencoder's factory (conf/adversary/autoencoder.yaml), called with
+        the encoder's hidden size d; ``k``: top-k per group; ``assignment``: "prob" | "bin";
+        ``ae_lr`` λ_AE and ``ae_weight_decay`` α_AE: the autoencoder's AdamW."""
+        super().__init__(**kwargs)
+        if assignment not in ASSIGNMENTS:
+            raise ValueError(f"assignment={assignment!r}: expected one of {ASSIGNMENTS}")
+        self.k = int(k)
+        self.assignment = assignment
+        self.autoencoder = adversary(hidden_size=self.spec.hidden_size)
+        self.add_optimizer(
+            "autoencoder", torch.optim.AdamW(self.autoencoder.parameters(), lr=ae_lr, weight_decay=ae_weight_decay)
+        )
+
+    def memberships(self, x_enc: Tensor) -> Tensor:
+        """``[b, c]`` group memberships: H (prob) or its one-hot argmax (bin)."""
+        codes = self.autoencoder.codes(x_enc)
+        if self.assignment == "bin":
+            return F.one_hot(codes.argmax(1), codes.size(1)).to(codes.dtype)
+        return codes
+
+    def forward(self, step: TaskLosses) -> Tensor:
+        self.own_step("autoencoder", self.autoencoder.loss(step.x_enc))
+        membership = self.memberships(step.x_enc).to(step.slot.dtype)
+        slot = group_topk_losses(step.slot, membership, self.k).max()
+        intent = group_topk_losses(step.intent, membership, self.k).max()
+        return slot + self.intent_loss_scale * intent
