@@ -115,16 +115,30 @@ class SLUModule(pl.LightningModule):
                 datamodule.use_sample_weights(weights)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # torch's generators (dropout, the objective's own randomness): a resumed run draws what
+        # the uninterrupted run would have drawn (Lightning does not save them)
+        checkpoint["rng"] = {"cpu": torch.get_rng_state(),
+                             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []}
         checkpoint["objective_optimizers"] = self.objective.optimizer_states()
         if self.selection is not None:
             checkpoint["selection"] = self.selection.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.restored_rng = checkpoint.get("rng")
         self.objective.load_optimizer_states(checkpoint.get("objective_optimizers", {}))
         if self.selection is not None and "selection" in checkpoint:
             self.selection.load_state_dict(checkpoint["selection"])
 
     # --- training -------------------------------------------------------------------------
+    def on_train_start(self) -> None:
+        """Resume a restored run's random streams (saved by `on_save_checkpoint`) right before
+        its first training batch."""
+        rng, self.restored_rng = getattr(self, "restored_rng", None), None
+        if rng:
+            torch.set_rng_state(rng["cpu"])
+            if rng["cuda"] and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
+                torch.cuda.set_rng_state_all(rng["cuda"])
+
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         output = self.model(batch)
         losses = self.model.task_losses(output, batch)

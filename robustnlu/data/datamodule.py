@@ -119,13 +119,43 @@ class Collator:
         }
 
 
+class EpochOrder(Sampler[int]):
+    """The examples of one epoch, deterministic given ``seed`` and the epoch: a permutation, or
+    with ``weights`` n draws with replacement, example i with probability ∝ ``weights[i]``
+    (group-balanced sampling, Sagawa et al. 2020)."""
+
+    def __init__(self, n: int, seed: int, weights: Sequence[float] | None = None):
+        self.n = n
+        self.seed = seed
+        self.probabilities = None if weights is None else np.asarray(weights, dtype=np.float64) / np.sum(weights)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.n
+
+    def rng(self) -> np.random.Generator:
+        return np.random.default_rng([self.seed, self.epoch])
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        if self.probabilities is None:
+            return rng.permutation(self.n)
+        return rng.choice(self.n, size=self.n, p=self.probabilities)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.draw(self.rng()).tolist())
+
+
 class ShuffledBatchSampler(Sampler[list[int]]):
-    """Shuffled batches, a new order every epoch, deterministic given ``seed`` and the epoch.
+    """Batches of `EpochOrder` (shuffled, or group-balanced with ``weights``), a new order
+    every epoch, deterministic given ``seed`` and the epoch. Every iteration is the next epoch;
+    the epoch travels in checkpoints through `SLUDataModule.state_dict` (Lightning's
+    ``set_epoch`` reaches a loader's sampler, not a batch sampler, and on resuming from an
+    end-of-epoch checkpoint it would name the finished epoch again).
 
-    With ``weights`` (group-balanced sampling, Sagawa et al. 2020): an epoch is n draws with
-    replacement, example i with probability ∝ ``weights[i]``, instead of a permutation.
-
-    With ``bucketed=True`` (length bucketing): shuffle, cut into pools of
+    With ``bucketed=True`` (length bucketing): cut the epoch's order into pools of
     ``pool_batches × batch_size`` examples, sort each pool by length, cut it into batches and
     shuffle the batches, so a batch holds examples of similar length (less padding) while the
     order stays random.
@@ -141,23 +171,20 @@ class ShuffledBatchSampler(Sampler[list[int]]):
         weights: Sequence[float] | None = None,
     ):
         self.lengths = np.asarray(lengths)
-        self.probabilities = None if weights is None else np.asarray(weights, dtype=np.float64) / np.sum(weights)
+        self.order = EpochOrder(len(self.lengths), seed, weights)
         self.batch_size = batch_size
-        self.seed = seed
         self.bucketed = bucketed
         self.pool_batches = pool_batches
-        self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        self.order.set_epoch(epoch)
 
     def __len__(self) -> int:
         return math.ceil(len(self.lengths) / self.batch_size)
 
     def __iter__(self) -> Iterator[list[int]]:
-        rng = np.random.default_rng([self.seed, self.epoch])
-        n = len(self.lengths)
-        order = rng.permutation(n) if self.probabilities is None else rng.choice(n, size=n, p=self.probabilities)
+        rng = self.order.rng()
+        order = self.order.draw(rng)
         if not self.bucketed:
             batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         else:
@@ -168,7 +195,7 @@ class ShuffledBatchSampler(Sampler[list[int]]):
                 chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
                 batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
             batches = [batches[i] for i in rng.permutation(len(batches))]
-        self.epoch += 1  # the next epoch draws a new order even if nobody calls set_epoch
+        self.order.epoch += 1  # the next epoch draws a new order even if nobody calls set_epoch
         return iter([b.tolist() for b in batches])
 
 
@@ -204,6 +231,16 @@ class SLUDataModule(pl.LightningDataModule):
         self.datasets: dict[str, EncodedDataset] = {}
         self.train_sampler: ShuffledBatchSampler | None = None
         self.sample_weights: torch.Tensor | None = None
+        self.restored_epoch = 0
+
+    def state_dict(self) -> dict[str, int]:
+        """The training sampler's next epoch, saved in checkpoints."""
+        return {"sampler_epoch": self.train_sampler.order.epoch if self.train_sampler else self.restored_epoch}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.restored_epoch = int(state.get("sampler_epoch", 0))
+        if self.train_sampler is not None:
+            self.train_sampler.set_epoch(self.restored_epoch)
 
     def use_sample_weights(self, weights: torch.Tensor) -> None:
         """Draw training batches with probability ∝ ``weights`` (one per training example;
@@ -221,11 +258,15 @@ class SLUDataModule(pl.LightningDataModule):
                 self.datasets[split] = EncodedDataset(utts, enc)
 
     def _loader(self, split: str, **kwargs) -> DataLoader:
+        # each loader draws its workers' base seed from its own generator, not torch's global one:
+        # the model's random stream (dropout) does not depend on how many loaders were iterated,
+        # so a resumed run (which also runs the sanity check) continues it exactly
         return DataLoader(
             self.datasets[split],
             collate_fn=self.collate,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
+            generator=torch.Generator().manual_seed(self.seed),
             **kwargs,
         )
 
@@ -236,6 +277,7 @@ class SLUDataModule(pl.LightningDataModule):
             self.train_sampler = ShuffledBatchSampler(
                 ds.lengths(), self.batch_size, self.seed, self.length_bucketing, weights=weights
             )
+            self.train_sampler.set_epoch(self.restored_epoch)
         return self._loader("train", batch_sampler=self.train_sampler)
 
     def val_dataloader(self) -> DataLoader:

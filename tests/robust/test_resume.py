@@ -1,0 +1,80 @@
+"""Checkpoint round trip of every method through Lightning: a run stopped after one epoch and
+resumed with ``fit(ckpt_path=last)`` continues exactly as the uninterrupted run (same losses at
+every later step, same objective state and own optimiser states at the end)."""
+
+from __future__ import annotations
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from integration_helpers import FAST, SMALL_DRIFT, compose_config, jsonl_overrides, write_snips_sample_jsonl
+from robustnlu.cli import repo_root
+from robustnlu.data.datamodule import SLUDataModule
+from robustnlu.data.readers import load_corpus
+from robustnlu.model.encoders import build_encoder, load_tokenizer
+from robustnlu.module import SLUModule
+from robustnlu.seqdrift.pipeline import make_drift_split
+from robustnlu.train import build_trainer
+from tests.robust.test_methods_end_to_end import METHODS
+
+#: 600 training utterances (minus the drift's test and valid share) in batches of 128 (581 = 4 × 128 + 69)
+STEPS_PER_EPOCH = 5
+
+
+class LossRecorder(pl.Callback):
+    def __init__(self):
+        self.losses: dict[int, float] = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.losses[trainer.global_step] = float(outputs["loss"])
+
+
+class StopAfterFirstEpoch(pl.Callback):
+    """An interruption: the run ends after epoch 0's checkpoint, its config (and so its learning
+    rate schedule) unchanged."""
+
+    def on_validation_end(self, trainer, pl_module):
+        if not trainer.sanity_checking:
+            trainer.should_stop = True
+
+
+def fit(method: str, sample, out, ckpt_path=None, interrupt=False):
+    overrides = [*FAST, *jsonl_overrides(sample), *SMALL_DRIFT, f"method={method}", "trainer.max_epochs=3",
+                 "data.batch_size=128", "+trainer.limit_val_batches=1",
+                 f"paths.cache_dir={out.parent / 'cache'}"]
+    cfg = compose_config(overrides, out)
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    corpus = load_corpus(cfg.dataset, repo_root(cfg))
+    split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir)
+    corpus = split.apply(corpus)
+    tokenizer = load_tokenizer(cfg.encoder)
+    dm = SLUDataModule(corpus, tokenizer, corpus.vocab(), seed=cfg.seed, groups=split.groups(), **cfg.data)
+    module = SLUModule.from_config(cfg, corpus.vocab(), corpus.intents(), build_encoder(cfg.encoder, len(tokenizer)))
+    recorder = LossRecorder()
+    trainer = build_trainer(cfg)
+    trainer.callbacks += [recorder, StopAfterFirstEpoch()] if interrupt else [recorder]
+    trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+    return module, recorder.losses
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    return write_snips_sample_jsonl(tmp_path_factory.mktemp("snips"), n_train=600, n_eval=60)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_resumed_run_continues_like_the_uninterrupted_one(method, sample, tmp_path):
+    straight, straight_losses = fit(method, sample, tmp_path / "straight")
+    fit(method, sample, tmp_path / "stopped", interrupt=True)
+    resumed, resumed_losses = fit(method, sample, tmp_path / "resumed",
+                                  ckpt_path=str(tmp_path / "stopped" / "checkpoints" / "last.ckpt"))
+    assert max(straight_losses) == 3 * STEPS_PER_EPOCH
+    later = sorted(k for k in straight_losses if k > STEPS_PER_EPOCH)
+    assert later and sorted(resumed_losses) == later
+    assert [resumed_losses[k] for k in later] == pytest.approx([straight_losses[k] for k in later], rel=1e-5)
+    a, b = straight.objective.state_dict(), resumed.objective.state_dict()
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=1e-5, atol=1e-6, msg=key)
+    assert straight.objective.optimizer_states().keys() == resumed.objective.optimizer_states().keys()
