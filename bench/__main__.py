@@ -29,14 +29,23 @@ GOALS: dict[str, tuple[str, float, str]] = {
     "seqdrift_topv2_s": ("<", 180.0, "(g) SeqDrift all TOPv2 (151k), s"),
     "seqdrift_topv2_rss_gb": ("<", 3.0, "(h) SeqDrift all TOPv2, peak RSS GB"),
 }
+#: (i)-(r): each method's training step time ÷ ERM's, at most (bench.methods)
+STEP_TIME_GOALS = {
+    "topk": 1.05, "topk_group": 1.05, "group_dro": 1.05, "topic_cvar": 1.05, "nonparam_kl": 1.05,
+    "topk_ae_prob": 1.2, "topk_ae_bin": 1.2, "rpdro": 2.2, "pdro": 2.2,
+}
+GOALS.update({
+    f"step_time_{name}": ("<=", goal, f"({chr(ord('i') + n)}) step time {name} / erm")
+    for n, (name, goal) in enumerate(STEP_TIME_GOALS.items())
+})
 
 #: defaults of a full run and of --quick: warm-up and timed steps per speed run, repeats of each
 #: run, CLI training steps of the memory run; retries of a disturbed run, allowed while the speed
 #: part has run for less than ``retry_budget`` s; the longest wait for a quiet machine before a run
-FULL = {"warmup": 3, "steps": 25, "repeats": 3, "rss_steps": 60, "max_retries": 2, "retry_budget": 240,
-        "max_wait": 30}
-QUICK = {"warmup": 2, "steps": 5, "repeats": 2, "rss_steps": 15, "max_retries": 1, "retry_budget": 60,
-         "max_wait": 10}
+FULL = {"warmup": 3, "steps": 25, "method_steps": 12, "repeats": 3, "rss_steps": 60, "max_retries": 2,
+        "retry_budget": 240, "max_wait": 30}
+QUICK = {"warmup": 2, "steps": 5, "method_steps": 3, "repeats": 2, "rss_steps": 15, "max_retries": 1,
+         "retry_budget": 60, "max_wait": 10}
 RSS_EVAL_BATCHES = 2
 
 
@@ -48,6 +57,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="few steps: a smoke check, not a measurement")
     p.add_argument("--steps", type=int, help="timed (post-warm-up) training steps per speed run")
+    p.add_argument("--method-steps", type=int, help="timed training steps per method run (i)-(r)")
     p.add_argument("--warmup", type=int, help="untimed steps at the start of every speed run")
     p.add_argument("--repeats", type=int, help="runs of each loop, alternated (>= 2 for a real measurement)")
     p.add_argument("--rss-steps", type=int, help="training steps of the CLI run whose peak RSS is measured")
@@ -61,8 +71,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for key, value in (QUICK if args.quick else FULL).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    if args.steps < 1 or args.repeats < 1 or args.rss_steps < 1:
-        p.error("--steps, --repeats and --rss-steps must be >= 1")
+    if min(args.steps, args.method_steps, args.repeats, args.rss_steps) < 1:
+        p.error("--steps, --method-steps, --repeats and --rss-steps must be >= 1")
     if min(args.warmup, args.max_retries, args.retry_budget, args.max_wait) < 0:
         p.error("--warmup, --max-retries, --retry-budget and --max-wait must be >= 0")
     return args
@@ -72,7 +82,7 @@ def check(name: str, value: float | None) -> str:
     if value is None:
         return "n/a"
     op, threshold, _ = GOALS[name]
-    ok = value >= threshold if op == ">=" else value < threshold
+    ok = {">=": value >= threshold, "<=": value <= threshold, "<": value < threshold}[op]
     return "PASS" if ok else "MISS"
 
 
@@ -162,6 +172,14 @@ def measure_seqdrift(quick: bool, results: dict[str, Any]) -> None:
     measure(quick, results)
 
 
+def measure_methods(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """Numbers (i)-(r): each training objective's step time ÷ ERM's (bench.methods)."""
+    from bench.methods import measure_methods as measure
+
+    with tempfile.TemporaryDirectory(prefix="robustnlu-bench-") as tmp:
+        measure(args, results, Path(tmp))
+
+
 def measure_memory(args: argparse.Namespace, results: dict[str, Any]) -> None:
     """Number (c): the peak RSS of a real CLI training run."""
     from bench.memory import peak_rss_of_training_run
@@ -205,6 +223,8 @@ def format_table(results: dict[str, Any]) -> str:
             lines.append(f"  WARNING: other processes kept up to {c['max_others_busy']:.2f} of {s['cpu_count']} CPUs "
                          "busy during timed runs that count: the speed ratios are unreliable; "
                          "re-run on an idle machine")
+    if results.get("method_contended"):
+        lines.append("  WARNING: other processes competed during the method runs (i)-(r): re-run on an idle machine")
     if mem := results.get("memory"):
         lines.append(f"  CLI run: {s['rss_steps']} training steps, {RSS_EVAL_BATCHES} val/test batches, "
                      f"{mem['wall_s']:.0f} s, exit {mem['returncode']}")
@@ -228,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     results: dict[str, Any] = {
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "settings": {"quick": args.quick, "encoder": args.encoder, "steps": args.steps, "warmup": args.warmup,
+        "settings": {"quick": args.quick, "encoder": args.encoder, "steps": args.steps,
+                     "method_steps": args.method_steps, "warmup": args.warmup,
                      "repeats": args.repeats, "rss_steps": args.rss_steps, "torch_threads": threads,
                      "cpu_count": os.cpu_count(), "load_average_at_start": os.getloadavg()},
         "goals": {name: {"op": op, "threshold": t} for name, (op, t, _) in GOALS.items()},
@@ -238,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     try:
         measure_speed(args, results)
+        measure_methods(args, results)
         measure_memory(args, results)
         measure_seqdrift(args.quick, results)
     except Exception as err:  # report what was measured, then fail
