@@ -48,6 +48,10 @@ def load_results(run_dir: Path) -> dict[str, Any]:
         raise DataError(path, err.lineno, f"invalid JSON: {err.msg}") from None
 
 
+#: width of a metric cell: "100.00 (+123.45%)" and a separating space
+CELL = 19
+
+
 def relative_change(value: float, baseline: float) -> float:
     """(value − baseline) / baseline in percent (the paper's "%" columns)."""
     return 100.0 * (value - baseline) / baseline if baseline else float("nan")
@@ -58,7 +62,7 @@ def comparison_table(runs: list[dict[str, Any]], labels: list[str]) -> str:
     metric of a non-baseline run, its relative change to the baseline (first run) in %."""
     base = runs[0]["metrics"]["test"]
     width = max(len(label) for label in labels) + 2
-    head = f"{'run':<{width}}" + "".join(f"{title:>16}" for _, title, _ in COLUMNS) + f"{'drop':>10}"
+    head = f"{'run':<{width}}" + "".join(f"{title:>{CELL}}" for _, title, _ in COLUMNS) + f"{'drop':>10}"
     lines = [head]
     for label, results in zip(labels, runs, strict=True):
         test, valid = results["metrics"]["test"], results["metrics"]["valid"]
@@ -67,7 +71,7 @@ def comparison_table(runs: list[dict[str, Any]], labels: list[str]) -> str:
             cell = f"{100 * test[key]:.2f}"
             if results is not runs[0]:
                 cell += f" ({relative_change(test[key], base[key]):+.2f}%)"
-            cells.append(f"{cell:>16}")
+            cells.append(f"{cell:>{CELL}}")
         drop = 100 * (valid["combined"] - test["combined"])
         lines.append(f"{label:<{width}}" + "".join(cells) + f"{drop:>+10.2f}")
     return "\n".join(lines)

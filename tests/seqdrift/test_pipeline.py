@@ -3,7 +3,6 @@ real features + clustering on a small SNIPS sample, and the command line."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 
@@ -16,10 +15,6 @@ from robustnlu.seqdrift import pipeline
 from robustnlu.seqdrift.artifact import SPLIT_FILE, STATS_FILE, artifact_dir
 from robustnlu.seqdrift.pipeline import make_drift_split
 
-HAS_CLUSTERING = all(
-    importlib.util.find_spec(f"robustnlu.seqdrift.{m}") is not None for m in ("features", "cluster")
-)
-needs_clustering = pytest.mark.skipif(not HAS_CLUSTERING, reason="robustnlu.seqdrift.features/cluster not there yet")
 
 DRIFT = {"kind": "slot_context", "n_clusters": 10, "min_intent_freq": 0, "min_slot_freq": 0, "require_slots": False}
 TEN_CLUSTERS = [(10, "A", ["x"], c) for c in range(10)] + [(300, "A", ["x"], -1)]
@@ -134,7 +129,6 @@ def snips_sample():
     return corpus
 
 
-@needs_clustering
 @pytest.mark.filterwarnings("ignore:eigenvalues .* coincide")  # more components than clusters
 @pytest.mark.parametrize("kind", ["slot_context", "slot_value"])
 def test_real_features_and_clusters_on_a_snips_sample(snips_sample, tmp_path, kind):
@@ -192,7 +186,6 @@ def test_cli_bad_option_one_line_error_exit_2(tmp_path):
     assert "Traceback" not in proc.stderr and not (tmp_path / "outputs").exists()
 
 
-@needs_clustering
 def test_cli_writes_split_and_stats_and_inspects_clusters(tmp_path):
     paths = write_snips_sample_jsonl(tmp_path / "data", n_train=400, n_eval=100)
     args = ["dataset=jsonl", *(f"dataset.{k}={v}" for k, v in paths.items()), "drift=slot_context",
