@@ -29,7 +29,7 @@ GOALS: dict[str, tuple[str, float, str]] = {
     "seqdrift_topv2_s": ("<", 180.0, "(g) SeqDrift all TOPv2 (151k), s"),
     "seqdrift_topv2_rss_gb": ("<", 3.0, "(h) SeqDrift all TOPv2, peak RSS GB"),
 }
-#: (i)-(r): each method's training step time ÷ ERM's, at most (bench.methods)
+#: (i)-(q): each method's training step time ÷ ERM's, at most (bench.methods)
 STEP_TIME_GOALS = {
     "topk": 1.05, "topk_group": 1.05, "group_dro": 1.05, "topic_cvar": 1.05, "nonparam_kl": 1.05,
     "topk_ae_prob": 1.2, "topk_ae_bin": 1.2, "rpdro": 2.2, "pdro": 2.2,
@@ -42,7 +42,7 @@ GOALS.update({
 #: defaults of a full run and of --quick: warm-up and timed steps per speed run, repeats of each
 #: run, CLI training steps of the memory run; retries of a disturbed run, allowed while the speed
 #: part has run for less than ``retry_budget`` s; the longest wait for a quiet machine before a run
-FULL = {"warmup": 3, "steps": 25, "method_steps": 12, "repeats": 3, "rss_steps": 60, "max_retries": 2,
+FULL = {"warmup": 3, "steps": 25, "method_steps": 20, "repeats": 3, "rss_steps": 60, "max_retries": 2,
         "retry_budget": 240, "max_wait": 30}
 QUICK = {"warmup": 2, "steps": 5, "method_steps": 3, "repeats": 2, "rss_steps": 15, "max_retries": 1,
          "retry_budget": 60, "max_wait": 10}
@@ -57,7 +57,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="few steps: a smoke check, not a measurement")
     p.add_argument("--steps", type=int, help="timed (post-warm-up) training steps per speed run")
-    p.add_argument("--method-steps", type=int, help="timed training steps per method run (i)-(r)")
+    p.add_argument("--method-steps", type=int, help="timed lockstep training steps of the methods, (i)-(q)")
     p.add_argument("--warmup", type=int, help="untimed steps at the start of every speed run")
     p.add_argument("--repeats", type=int, help="runs of each loop, alternated (>= 2 for a real measurement)")
     p.add_argument("--rss-steps", type=int, help="training steps of the CLI run whose peak RSS is measured")
@@ -173,7 +173,7 @@ def measure_seqdrift(quick: bool, results: dict[str, Any]) -> None:
 
 
 def measure_methods(args: argparse.Namespace, results: dict[str, Any]) -> None:
-    """Numbers (i)-(r): each training objective's step time ÷ ERM's (bench.methods)."""
+    """Numbers (i)-(q): each training objective's step time ÷ ERM's (bench.methods)."""
     from bench.methods import measure_methods as measure
 
     with tempfile.TemporaryDirectory(prefix="robustnlu-bench-") as tmp:
@@ -223,8 +223,6 @@ def format_table(results: dict[str, Any]) -> str:
             lines.append(f"  WARNING: other processes kept up to {c['max_others_busy']:.2f} of {s['cpu_count']} CPUs "
                          "busy during timed runs that count: the speed ratios are unreliable; "
                          "re-run on an idle machine")
-    if results.get("method_contended"):
-        lines.append("  WARNING: other processes competed during the method runs (i)-(r): re-run on an idle machine")
     if mem := results.get("memory"):
         lines.append(f"  CLI run: {s['rss_steps']} training steps, {RSS_EVAL_BATCHES} val/test batches, "
                      f"{mem['wall_s']:.0f} s, exit {mem['returncode']}")

@@ -132,6 +132,18 @@ def _to(batch: Mapping[str, torch.Tensor], device: torch.device) -> Batch:
     return {k: v.to(device) for k, v in batch.items()}
 
 
+def plain_step(module: SLUModule, optimizer, scheduler, params, batch: Batch, clip: float) -> torch.Tensor:
+    """One training step of the plain loop; returns the loss."""
+    output = module.model(batch)
+    loss = module.objective(module.model.task_losses(output, batch))
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, clip)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad()
+    return loss
+
+
 def run_plain(
     module: SLUModule, batches: Sequence[Batch], warmup: int, clip: float, device: torch.device, padding: str
 ) -> RunTiming:
@@ -143,14 +155,7 @@ def run_plain(
     loss = torch.zeros(())
     for step, batch in enumerate(batches):
         clock.at_step_start(step)
-        batch = _to(batch, device)
-        output = module.model(batch)
-        loss = module.objective(module.model.task_losses(output, batch))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, clip)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad()
+        loss = plain_step(module, optimizer, scheduler, params, _to(batch, device), clip)
     return RunTiming("plain", padding, clock.last - clock.first, examples, clock.seconds, clock.cpu_busy,
                      clock.others_busy, float(loss.detach()), _optimizer_setup(optimizer, len(batches), clip))
 

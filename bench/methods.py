@@ -1,26 +1,29 @@
-"""Numbers (i)-(r): each training objective's step time ÷ ERM's, measured side by side.
+"""Numbers (i)-(q): each training objective's step time ÷ ERM's, measured side by side.
 
-Every method of ``conf/method/`` trains the same initial JointBERT (embedded encoder) on the
-same pre-collated batches of the SeqDrift slot context split of SNIPS (the headline experiment,
-so the group methods have their clusters), with the plain loop of (a) (forward → objective →
-backward → clip → step; the objective's own updates happen inside it). Runs alternate over the
-methods ``repeats`` times; the ratio is median ERM examples/s ÷ median method examples/s. The
-objective's one-off set-up (LDA topics, P-DRO's adversary pre-training) is not part of a step.
+Every method of ``conf/method/`` trains its own copy of the same initial JointBERT (embedded
+encoder) on the same pre-collated batches of the SeqDrift slot context split of SNIPS (the
+headline experiment, so the group methods have their clusters) with the plain loop's step of
+(a) (forward → objective → backward → clip → step; the objective's own updates happen inside
+it). The methods train in lockstep: at every step each method takes that step on the same batch,
+in an order rotated from step to step, each timed alone; so a slow phase of the machine hits
+every method alike. Ratio = median over the timed steps of (method's step time ÷ ERM's step time
+on that batch). The objective's one-off set-up (LDA topics, P-DRO's adversary pre-training) is
+not part of a step.
 """
 
 from __future__ import annotations
 
 import copy
-import gc
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 
-from bench.contention import CONTENTION_CPUS, wait_for_quiet
-from bench.loops import run_plain
+from bench.contention import wait_for_quiet
+from bench.loops import _to, configured_optimizer, plain_step
 from bench.workload import CONF, REPO, compose_config
 from robustnlu.cli import repo_root
 from robustnlu.data.datamodule import Collator, SLUDataModule
@@ -28,6 +31,7 @@ from robustnlu.data.readers import load_corpus
 from robustnlu.model.encoders import build_encoder, load_tokenizer
 from robustnlu.module import SLUModule
 from robustnlu.seqdrift.pipeline import make_drift_split
+
 
 def methods() -> list[str]:
     return sorted(p.stem for p in (CONF / "method").glob("*.yaml") if p.stem != "erm")
@@ -60,27 +64,36 @@ def measure_methods(args, results: dict[str, Any], tmp: Path) -> None:
         module.objective.setup(datamodule, module.model)  # LDA, P-DRO pre-training: not timed
         modules[name] = module
     clip = float(cfg.trainer.gradient_clip_val)
-
-    runs: list[dict[str, Any]] = []
-    for repeat in range(args.repeats):
-        for name, module in modules.items():
-            if device.type == "cpu":
-                wait_for_quiet(args.max_wait)
-            pl.seed_everything(cfg.seed, verbose=False)
-            trained = copy.deepcopy(module)
-            timing = run_plain(trained, batches, args.warmup, clip, device, "dynamic")
-            del trained
-            gc.collect()
-            runs.append({"method": name, "repeat": repeat, **timing.to_dict()})
-            print(f"  [{name:13s} {repeat + 1}/{args.repeats}] {timing.examples_per_s:7.1f} ex/s "
-                  f"(others busy {timing.others_busy if timing.others_busy is not None else float('nan'):.2f} CPUs)",
-                  flush=True)
-
-    def median(name: str) -> float:
-        return statistics.median(r["examples_per_s"] for r in runs if r["method"] == name)
-
-    results["method_runs"] = runs
-    results["method_contended"] = any((r["others_busy"] or 0) > CONTENTION_CPUS for r in runs)
-    erm = median("erm")
+    if device.type == "cpu":
+        wait_for_quiet(args.max_wait)
+    seconds = lockstep(modules, batches, args.warmup, clip, device)
+    results["method_step_seconds"] = seconds
     for name in methods():
-        results["ratios"][f"step_time_{name}"] = erm / median(name)
+        per_step = [m / e for m, e in zip(seconds[name], seconds["erm"], strict=True)]
+        results["ratios"][f"step_time_{name}"] = statistics.median(per_step)
+    print("  median step time: " + ", ".join(f"{n} {statistics.median(t):.3f} s" for n, t in seconds.items()), flush=True)
+
+
+def lockstep(modules: dict[str, SLUModule], batches, warmup: int, clip: float, device) -> dict[str, list[float]]:
+    """Train every module one step per batch, in rotated order; each module's step times after
+    ``warmup`` steps, in seconds."""
+    trainers = {}
+    for name, module in modules.items():
+        module.to(device).train()
+        optimizer, scheduler = configured_optimizer(module, len(batches))
+        trainers[name] = (module, optimizer, scheduler, [p for g in optimizer.param_groups for p in g["params"]])
+    names = list(modules)
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for step, batch in enumerate(batches):
+        batch = _to(batch, device)
+        for name in names[step % len(names):] + names[: step % len(names)]:
+            pl.seed_everything(step, verbose=False)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            started = time.perf_counter()
+            plain_step(*trainers[name], batch, clip)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if step >= warmup:
+                seconds[name].append(time.perf_counter() - started)
+    return seconds
