@@ -83,6 +83,8 @@ class SLUModule(pl.LightningModule):
         criterion = (selection or {}).get("criterion")
         self.selection = instantiate(criterion) if criterion else None
         self.selection_rows: list[torch.Tensor] = []
+        #: torch RNG states of a restored checkpoint, applied before its first training batch
+        self.restored_rng: dict[str, Any] | None = None
         self.metrics = SLUMetrics(intents=eval_intents)
         self.prediction_rows: list[dict[str, Any]] = []
         #: stage ("valid" / "test") → {"metrics": ..., "predictions": ...} of the last evaluation
@@ -133,7 +135,7 @@ class SLUModule(pl.LightningModule):
     def on_train_start(self) -> None:
         """Resume a restored run's random streams (saved by `on_save_checkpoint`) right before
         its first training batch."""
-        rng, self.restored_rng = getattr(self, "restored_rng", None), None
+        rng, self.restored_rng = self.restored_rng, None
         if rng:
             torch.set_rng_state(rng["cpu"])
             if rng["cuda"] and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
