@@ -37,6 +37,15 @@ from robustnlu.robust.base import ModelSpec
 NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias")
 
 
+def weight_decay_groups(module: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Optimiser parameter groups: ``weight_decay`` on the weights, none on biases and LayerNorm."""
+    named = list(module.named_parameters())
+    return [
+        {"params": [p for n, p in named if not any(k in n for k in NO_DECAY)], "weight_decay": float(weight_decay)},
+        {"params": [p for n, p in named if any(k in n for k in NO_DECAY)], "weight_decay": 0.0},
+    ]
+
+
 class SLUModule(pl.LightningModule):
     def __init__(
         self,
@@ -161,11 +170,7 @@ class SLUModule(pl.LightningModule):
 
     def configure_optimizers(self):
         opt = self.hparams.optimizer
-        named = list(self.model.named_parameters())  # the objective trains its own parameters
-        groups = [
-            {"params": [p for n, p in named if not any(k in n for k in NO_DECAY)], "weight_decay": opt["weight_decay"]},
-            {"params": [p for n, p in named if any(k in n for k in NO_DECAY)], "weight_decay": 0.0},
-        ]
+        groups = weight_decay_groups(self.model, opt["weight_decay"])  # the objective trains its own parameters
         optimizer = torch.optim.AdamW(groups, lr=opt["lr"], betas=tuple(opt["betas"]), eps=opt["eps"])
         scheduler = get_linear_schedule_with_warmup(
             optimizer, num_warmup_steps=opt["warmup_steps"], num_training_steps=self.trainer.estimated_stepping_batches

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from robustnlu.adversary.groups import GroupSource
 from robustnlu.model.jointbert import TaskLosses
-from robustnlu.robust.grouped import GroupedObjective
+from robustnlu.robust.grouped import GroupedObjective, group_mean_losses
 
 #: the loss the single q of ``shared_weights=True`` follows
 COMBINED = "combined"
@@ -75,10 +75,7 @@ class GroupDRO(GroupedObjective):
 
     def robust_loss(self, losses: Tensor, name: str, step: TaskLosses) -> Tensor:
         """Update q of weight set ``name`` from the batch's group losses; return Σ_g q_g L_g."""
-        membership = self.batch_membership(step)
-        counts = membership.sum(0)
-        present = counts > 0
-        group_losses = (losses @ membership) / torch.where(present, counts, torch.ones_like(counts))
+        group_losses, present = group_mean_losses(losses, self.batch_membership(step))
         log_q = self.log_group_weights(name)
         with torch.no_grad():
             step_losses = group_losses.detach().to(log_q.dtype)

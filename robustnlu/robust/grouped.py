@@ -12,6 +12,16 @@ from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.base import RobustObjective
 
 
+def group_mean_losses(losses: Tensor, membership: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-group mean losses L_g = Σ_i M_ig l_i / Σ_i M_ig (Sagawa et al.'s ``compute_group_avg``
+    for memberships M ``[b, G]``) of ``losses`` ``[..., b]``, 0 for groups without members in the
+    batch; returns (L ``[..., G]``, present ``[G]``)."""
+    mass = membership.sum(0)
+    present = mass > 0
+    weighted = (losses.unsqueeze(-1) * membership).sum(-2)  # no mm: tiny, and slow on busy CPUs
+    return weighted / torch.where(present, mass, torch.ones_like(mass)), present
+
+
 def group_topk_losses(losses: Tensor, membership: Tensor, k: int) -> Tensor:
     """Per-group top-k loss of the groups present in the batch (core paper App. B, TopK-AE-Prob;
     section 4.3, TopK-Group): Ĥ = H ∘ l (``membership`` H ``[b, G]`` times the per-example

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from robustnlu.model.jointbert import TaskLosses
-from robustnlu.module import NO_DECAY
+from robustnlu.module import weight_decay_groups
 from robustnlu.robust.base import RobustObjective
 
 
@@ -65,11 +65,7 @@ class RPDRO(RobustObjective):
         self.tau = float(tau)
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.min_batch_size = int(min_batch_size)
-        named = list(self.adversary.named_parameters())
-        groups = [
-            {"params": [p for n, p in named if not any(k in n for k in NO_DECAY)], "weight_decay": float(weight_decay)},
-            {"params": [p for n, p in named if any(k in n for k in NO_DECAY)], "weight_decay": 0.0},
-        ]
+        groups = weight_decay_groups(self.adversary, weight_decay)
         self.add_optimizer("adversary", torch.optim.AdamW(groups, lr=float(lr), betas=tuple(betas), eps=float(eps)))
 
     def setup(self, datamodule, model) -> None:

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from robustnlu.adversary.groups import GroupSource
 from robustnlu.model.jointbert import TaskLosses
-from robustnlu.robust.grouped import GroupedObjective
+from robustnlu.robust.grouped import GroupedObjective, group_mean_losses
 
 
 def cvar_weights(scores: Tensor, prior: Tensor, alpha: float) -> Tensor:
@@ -76,11 +76,7 @@ class TopicCVaR(GroupedObjective):
 
     def forward(self, step: TaskLosses) -> Tensor:
         losses = torch.stack([step.slot, step.intent])  # [2, b], rows in TASKS order
-        membership = self.batch_membership(step)
-        mass = membership.sum(0)
-        present = mass > 0
-        weighted = (losses.unsqueeze(-1) * membership).sum(-2)  # [2, G]; no mm: tiny, slow on busy CPUs
-        topic_losses = weighted / torch.where(present, mass, 1.0)
+        topic_losses, present = group_mean_losses(losses, self.batch_membership(step))  # [2, G]
         self.update_averages(topic_losses.detach(), present)
         q = cvar_weights(self.topic_loss_ema, self.prior, self.alpha).to(losses.dtype)
         if self.renormalize:
