@@ -25,12 +25,9 @@ import torch
 from bench.contention import wait_for_quiet
 from bench.loops import _to, configured_optimizer, plain_step
 from bench.workload import CONF, REPO, compose_config
-from robustnlu.cli import repo_root
-from robustnlu.data.datamodule import Collator, SLUDataModule
-from robustnlu.data.readers import load_corpus
-from robustnlu.model.encoders import build_encoder, load_tokenizer
+from robustnlu.data.datamodule import Collator
 from robustnlu.module import SLUModule
-from robustnlu.seqdrift.pipeline import make_drift_split
+from robustnlu.train import prepare
 
 
 def methods() -> list[str]:
@@ -42,24 +39,19 @@ def measure_methods(args, results: dict[str, Any], tmp: Path) -> None:
     base = [f"encoder={args.encoder}", "+experiment=snips_slot_context", f"paths.cache_dir={REPO / 'outputs' / 'cache'}"]
     cfg = compose_config(tmp, base)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    corpus = load_corpus(cfg.dataset, repo_root(cfg))
-    split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir)
-    corpus = split.apply(corpus)
-    vocab, tokenizer = corpus.vocab(), load_tokenizer(cfg.encoder)
-    datamodule = SLUDataModule(corpus, tokenizer, vocab, seed=cfg.seed, groups=split.groups(), **cfg.data)
+    corpus, _, datamodule, erm = prepare(cfg)
     datamodule.setup("fit")
     n_batches = args.warmup + args.method_steps + 1
     sampler = iter(datamodule.train_dataloader().batch_sampler)
-    collate = Collator(tokenizer.pad_token_id)
+    collate = Collator(datamodule.tokenizer.pad_token_id)
     batches = [collate([datamodule.datasets["train"][i] for i in next(sampler)]) for _ in range(n_batches)]
-    encoder = build_encoder(cfg.encoder, vocab_size=len(tokenizer))
-    initial = SLUModule.from_config(cfg, vocab, corpus.intents(), encoder).model.state_dict()
+    encoder, initial = erm.model.encoder, erm.model.state_dict()
 
     modules = {}
     for name in ["erm", *methods()]:
         method_cfg = compose_config(tmp, [*base, f"method={name}"])
         pl.seed_everything(cfg.seed, workers=True, verbose=False)
-        module = SLUModule.from_config(method_cfg, vocab, corpus.intents(), copy.deepcopy(encoder))
+        module = SLUModule.from_config(method_cfg, datamodule.vocab, corpus.intents(), copy.deepcopy(encoder))
         module.model.load_state_dict(initial)
         module.objective.setup(datamodule, module.model)  # LDA, P-DRO pre-training: not timed
         modules[name] = module

@@ -24,11 +24,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from robustnlu.cli import repo_root
 from robustnlu.data.datamodule import SLUDataModule
+from robustnlu.data.utterance import Corpus
 from robustnlu.data.readers import load_corpus
 from robustnlu.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from robustnlu.model.encoders import build_encoder, load_tokenizer
 from robustnlu.module import SLUModule
 from robustnlu.seqdrift.pipeline import make_drift_split
+from robustnlu.seqdrift.split import DriftSplit
 
 PACKAGES = ("robustnlu", "torch", "transformers", "pytorch-lightning", "torchmetrics", "hydra-core")
 SUMMARY_METRICS = ("intent_acc", "slot_f1", "combined", "semer", "frame_acc", "ma_intent_combined")
@@ -56,19 +58,26 @@ def summary_table(metrics: dict[str, dict[str, float]]) -> str:
     return "\n".join(rows)
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
-    started = time.time()
-    out_dir = Path(cfg.paths.output_dir)
-    pl.seed_everything(cfg.seed, workers=True)
-
-    corpus = load_corpus(cfg.dataset, repo_root(cfg))  # raises DataError before anything is written
-    drift_split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir)  # drift=none: as is
+def prepare(cfg: DictConfig) -> tuple[Corpus, DriftSplit, SLUDataModule, SLUModule]:
+    """The pieces of a run: the corpus (re-split by the drift split; ``drift=none``: as is), the
+    drift split, the data module (groups = SeqDrift clusters) and a new module around the
+    pre-trained encoder."""
+    corpus = load_corpus(cfg.dataset, repo_root(cfg))
+    drift_split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir)
     corpus = drift_split.apply(corpus)
     vocab = corpus.vocab()
     tokenizer = load_tokenizer(cfg.encoder)
     encoder = build_encoder(cfg.encoder, vocab_size=len(tokenizer))
     datamodule = SLUDataModule(corpus, tokenizer, vocab, seed=cfg.seed, groups=drift_split.groups(), **cfg.data)
-    module = SLUModule.from_config(cfg, vocab, corpus.intents(), encoder)
+    return corpus, drift_split, datamodule, SLUModule.from_config(cfg, vocab, corpus.intents(), encoder)
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    started = time.time()
+    out_dir = Path(cfg.paths.output_dir)
+    pl.seed_everything(cfg.seed, workers=True)
+
+    corpus, drift_split, datamodule, module = prepare(cfg)  # raises DataError before anything is written
     config = OmegaConf.to_container(cfg, resolve=True)
     atomic_write_text(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
 

@@ -9,13 +9,7 @@ import pytorch_lightning as pl
 import torch
 
 from integration_helpers import FAST, SMALL_DRIFT, compose_config, jsonl_overrides, write_snips_sample_jsonl
-from robustnlu.cli import repo_root
-from robustnlu.data.datamodule import SLUDataModule
-from robustnlu.data.readers import load_corpus
-from robustnlu.model.encoders import build_encoder, load_tokenizer
-from robustnlu.module import SLUModule
-from robustnlu.seqdrift.pipeline import make_drift_split
-from robustnlu.train import build_trainer
+from robustnlu.train import build_trainer, prepare
 from tests.robust.test_methods_end_to_end import METHODS
 
 #: 600 training utterances (minus the drift's test and valid share) in batches of 128 (581 = 4 × 128 + 69)
@@ -45,12 +39,7 @@ def fit(method: str, sample, out, ckpt_path=None, interrupt=False):
                  f"paths.cache_dir={out.parent / 'cache'}"]
     cfg = compose_config(overrides, out)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    corpus = load_corpus(cfg.dataset, repo_root(cfg))
-    split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir)
-    corpus = split.apply(corpus)
-    tokenizer = load_tokenizer(cfg.encoder)
-    dm = SLUDataModule(corpus, tokenizer, corpus.vocab(), seed=cfg.seed, groups=split.groups(), **cfg.data)
-    module = SLUModule.from_config(cfg, corpus.vocab(), corpus.intents(), build_encoder(cfg.encoder, len(tokenizer)))
+    _, _, dm, module = prepare(cfg)
     recorder = LossRecorder()
     trainer = build_trainer(cfg)
     trainer.callbacks += [recorder, StopAfterFirstEpoch()] if interrupt else [recorder]
