@@ -27,12 +27,14 @@ import difflib
 import hashlib
 import random
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import ClassVar
 
 from robustnlu.data.utterance import Utterance, bio_problem
 from robustnlu.errors import ConfigError, RobustNLUError
+from robustnlu.metrics.spans import extract_spans
 
 TARGET_TOKENS = ("carrier", "all", "slots")
 """Which tokens a token-level transform may change: ``carrier`` = tokens tagged ``O`` (the
@@ -178,7 +180,8 @@ class Compose(NoiseTransform):
 class NoiseStats:
     """How much a transform changed a set of utterances (digest C.1: the paper's missing
     Table 2). A token counts as changed when difflib's alignment of the token lists replaces or
-    deletes it; ``slot_tokens_changed`` counts those tagged inside a slot."""
+    deletes it; ``slot_tokens_changed`` counts the tokens of slot values (type, words) that the
+    noised utterance no longer has, so a value that only moved (paraphrase) is unchanged."""
 
     utterances: int = 0
     utterances_changed: int = 0
@@ -193,16 +196,20 @@ class NoiseStats:
             return
         self.utterances_changed += 1
         matcher = difflib.SequenceMatcher(a=before.tokens, b=after.tokens, autojunk=False)
-        for op, i1, i2, _, _ in matcher.get_opcodes():
-            if op in ("replace", "delete"):
-                self.tokens_changed += i2 - i1
-                self.slot_tokens_changed += sum(t != "O" for t in before.tags[i1:i2])
+        self.tokens_changed += sum(i2 - i1 for op, i1, i2, _, _ in matcher.get_opcodes() if op in ("replace", "delete"))
+        lost = slot_values(before) - slot_values(after)
+        self.slot_tokens_changed += sum(len(value) * k for (_, value), k in lost.items())
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["token_change_rate"] = self.tokens_changed / max(self.tokens, 1)
         d["utterance_change_rate"] = self.utterances_changed / max(self.utterances, 1)
         return d
+
+
+def slot_values(u: Utterance) -> Counter[tuple[str, tuple[str, ...]]]:
+    """The multiset of ``u``'s slot values as (type, words)."""
+    return Counter((typ, u.tokens[s:e]) for typ, s, e in extract_spans(list(u.tags)))
 
 
 def noise_all(transform: NoiseTransform, utterances: Iterable[Utterance]) -> tuple[list[Utterance], NoiseStats]:
