@@ -29,32 +29,47 @@ from robustnlu.module import SLUModule
 
 
 class Predictor:
-    def __init__(self, ckpt: str | Path, device: str = "cpu"):
+    """Batched inference with a trained `SLUModule` (in eval mode, gradients off)."""
+
+    def __init__(self, module: SLUModule, tokenizer):
+        self.module = module.eval()
+        self.tokenizer = tokenizer
+        self.max_length = min(tokenizer.model_max_length, 512)
+        self.collate = Collator(tokenizer.pad_token_id)
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: str | Path, device: str = "cpu") -> Predictor:
         ckpt = Path(ckpt)
         if not ckpt.is_file():
             raise DataError(ckpt, None, "checkpoint file not found")
-        self.module = SLUModule.load_from_checkpoint(ckpt, map_location=device, weights_only=True)
-        self.module.eval()
-        self.tokenizer = load_tokenizer(self.module.hparams.encoder_spec)
-        self.max_length = min(self.tokenizer.model_max_length, 512)
-        self.collate = Collator(self.tokenizer.pad_token_id)
+        module = SLUModule.load_from_checkpoint(ckpt, map_location=device, weights_only=True)
+        return cls(module, load_tokenizer(module.hparams.encoder_spec))
 
     @torch.no_grad()
-    def predict(self, texts: Sequence[str], batch_size: int = 64) -> list[dict]:
+    def predict_utterances(self, utterances: Sequence[Utterance], batch_size: int = 64) -> list[tuple[str, list[str]]]:
+        """(predicted intent, one predicted tag per token) for each utterance; tokens past the
+        encoder's length limit are tagged ``O``."""
         vocab = self.module.vocab
-        rows = []
-        for start in range(0, len(texts), batch_size):
-            chunk = [t.split() for t in texts[start : start + batch_size]]
-            utts = [Utterance(f"input-{start + i}", tuple(toks), ("O",) * len(toks), "") for i, toks in enumerate(chunk)]
-            items = list(enumerate(encode_utterances(utts, self.tokenizer, vocab, self.max_length)))
+        out = []
+        for start in range(0, len(utterances), batch_size):
+            chunk = utterances[start : start + batch_size]
+            items = list(enumerate(encode_utterances(chunk, self.tokenizer, vocab, self.max_length)))
             batch = {k: v.to(self.module.device) for k, v in self.collate(items).items()}
             output = self.module.model(batch)
             intent_ids, tag_ids = self.module.model.decode(output, batch["word_mask"])
-            for toks, i, ids in zip(chunk, intent_ids, tag_ids, strict=True):
-                tags = [vocab.tags[t] for t in ids] + ["O"] * (len(toks) - len(ids))
-                slots = [{"slot": typ, "value": " ".join(toks[s:e]), "start": s, "end": e}
-                         for typ, s, e in sorted(extract_spans(tags), key=lambda x: x[1])]
-                rows.append({"text": " ".join(toks), "tokens": toks, "intent": vocab.intents[i], "tags": tags, "slots": slots})
+            for u, i, ids in zip(chunk, intent_ids, tag_ids, strict=True):
+                out.append((vocab.intents[i], [vocab.tags[t] for t in ids] + ["O"] * (len(u.tokens) - len(ids))))
+        return out
+
+    def predict(self, texts: Sequence[str], batch_size: int = 64) -> list[dict]:
+        """Parse raw texts (split on white space): intent, tags and slot spans for each."""
+        utts = [Utterance(f"input-{i}", tuple(t.split()), ("O",) * len(t.split()), "") for i, t in enumerate(texts)]
+        rows = []
+        for u, (intent, tags) in zip(utts, self.predict_utterances(utts, batch_size), strict=True):
+            toks = list(u.tokens)
+            slots = [{"slot": typ, "value": " ".join(toks[s:e]), "start": s, "end": e}
+                     for typ, s, e in sorted(extract_spans(tags), key=lambda x: x[1])]
+            rows.append({"text": " ".join(toks), "tokens": toks, "intent": intent, "tags": tags, "slots": slots})
         return rows
 
 
@@ -75,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give either an utterance or --file")
     try:
         texts = read_utterances(args.file) if args.file else [" ".join(args.utterance)]
-        rows = Predictor(args.ckpt, args.device).predict(texts)
+        rows = Predictor.from_checkpoint(args.ckpt, args.device).predict(texts)
     except RobustNLUError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -6,6 +6,8 @@ The run directory (Hydra's runtime output dir) holds:
   worst-cluster metrics under a SeqDrift split), the drift split's key and statistics, the
   resolved config, seed, package versions, wall time, split sizes;
 - ``predictions/{valid,test}.jsonl``: uid, tokens, gold and predicted intent and tags;
+- with ``suite=[...]``: ``robustness.json`` / ``robustness.md``, the best checkpoint scored on
+  noisy control / treatment pairs (`robustnlu.evaluate`), also under ``robustness`` in results.json;
 - ``config.yaml`` (resolved) and Hydra's ``.hydra/``; ``checkpoints/`` (best and last);
   ``csv/metrics.csv``; ``wandb/`` when ``logger=wandb``.
 """
@@ -16,7 +18,7 @@ import platform
 import time
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytorch_lightning as pl
 from hydra.utils import instantiate
@@ -26,9 +28,12 @@ from robustnlu.cli import repo_root
 from robustnlu.data.datamodule import SLUDataModule
 from robustnlu.data.utterance import Corpus
 from robustnlu.data.readers import load_corpus
+from robustnlu.evaluate import evaluate_suites, write_robustness
 from robustnlu.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from robustnlu.model.encoders import build_encoder, load_tokenizer
 from robustnlu.module import SLUModule
+from robustnlu.noise.augment import augment_corpus
+from robustnlu.predict import Predictor
 from robustnlu.seqdrift.pipeline import make_drift_split
 from robustnlu.seqdrift.split import DriftSplit
 
@@ -58,18 +63,30 @@ def summary_table(metrics: dict[str, dict[str, float]]) -> str:
     return "\n".join(rows)
 
 
-def prepare(cfg: DictConfig) -> tuple[Corpus, DriftSplit, SLUDataModule, SLUModule]:
-    """The pieces of a run: the corpus (re-split by the drift split; ``drift=none``: as is), the
-    drift split, the data module (groups = SeqDrift clusters) and a new module around the
-    pre-trained encoder."""
+class RunParts(NamedTuple):
+    """The pieces of a run that `prepare` builds."""
+
+    corpus: Corpus  # re-split by the drift split, not augmented
+    drift_split: DriftSplit
+    datamodule: SLUDataModule  # its training split augmented when augment=<noise type>
+    module: SLUModule
+    augmentation: dict[str, Any] | None  # what augment did (results.json), None without
+
+
+def prepare(cfg: DictConfig) -> RunParts:
+    """The corpus (re-split by the drift split; ``drift=none``: as is), the drift split, the data
+    module (training split augmented by ``cfg.augment``; groups = SeqDrift clusters) and a new
+    module around the pre-trained encoder."""
     corpus = load_corpus(cfg.dataset, repo_root(cfg))
     drift_split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir)
     corpus = drift_split.apply(corpus)
-    vocab = corpus.vocab()
+    trained_on, groups, augmentation = augment_corpus(corpus, drift_split.groups(), cfg.augment, cfg.seed)
+    vocab = trained_on.vocab()
     tokenizer = load_tokenizer(cfg.encoder)
     encoder = build_encoder(cfg.encoder, vocab_size=len(tokenizer))
-    datamodule = SLUDataModule(corpus, tokenizer, vocab, seed=cfg.seed, groups=drift_split.groups(), **cfg.data)
-    return corpus, drift_split, datamodule, SLUModule.from_config(cfg, vocab, corpus.intents(), encoder)
+    datamodule = SLUDataModule(trained_on, tokenizer, vocab, seed=cfg.seed, groups=groups, **cfg.data)
+    module = SLUModule.from_config(cfg, vocab, trained_on.intents(), encoder)
+    return RunParts(corpus, drift_split, datamodule, module, augmentation)
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
@@ -77,7 +94,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     out_dir = Path(cfg.paths.output_dir)
     pl.seed_everything(cfg.seed, workers=True)
 
-    corpus, drift_split, datamodule, module = prepare(cfg)  # raises DataError before anything is written
+    corpus, drift_split, datamodule, module, augmentation = prepare(cfg)  # raises DataError before anything is written
     config = OmegaConf.to_container(cfg, resolve=True)
     atomic_write_text(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
 
@@ -96,18 +113,23 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                   "validation": cfg.validation.kind if cfg.drift.kind != "none" else "dataset",
                   "split_key": drift_split.key, "split_stats": drift_split.stats},
         "metrics": {split: module.evaluations[split]["metrics"] for split in ("valid", "test")},
-        "sizes": {split: len(corpus.split(split)) for split in ("train", "valid", "test")},
+        "sizes": {split: len(datamodule.corpus.split(split)) for split in ("train", "valid", "test")},
+        "augment": augmentation,
         "best_checkpoint": str(Path(best).relative_to(out_dir)) if best else None,
         "epochs_trained": trainer.current_epoch,
         "wall_time_s": round(time.time() - started, 1),
         "versions": versions(),
         "config": config,
     }
+    suites = cfg.get("suite")
+    if suites and trainer.is_global_zero:  # the module holds the best checkpoint's weights since trainer.test
+        results["robustness"] = evaluate_suites(Predictor(module, datamodule.tokenizer), suites, cfg, corpus)
+        tables = write_robustness(out_dir, results["robustness"], results["best_checkpoint"])
     if trainer.is_global_zero:
         for split in ("valid", "test"):
             atomic_write_jsonl(out_dir / "predictions" / f"{split}.jsonl", module.evaluations[split]["predictions"])
         atomic_write_json(out_dir / "results.json", results)
         print(f"\n{corpus.name} / {results['method']} / seed {cfg.seed}: best checkpoint "
               f"{results['best_checkpoint']} (metrics in %; drop = valid - test)\n{summary_table(results['metrics'])}\n"
-              f"run directory: {out_dir}")
+              + (f"robustness (metrics in %):\n{tables}\n" if suites else "") + f"run directory: {out_dir}")
     return results

@@ -39,7 +39,7 @@ def fit(method: str, sample, out, ckpt_path=None, interrupt=False):
                  f"paths.cache_dir={out.parent / 'cache'}"]
     cfg = compose_config(overrides, out)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    _, _, dm, module = prepare(cfg)
+    _, _, dm, module, _ = prepare(cfg)
     recorder = LossRecorder()
     trainer = build_trainer(cfg)
     trainer.callbacks += [recorder, StopAfterFirstEpoch()] if interrupt else [recorder]

@@ -1,0 +1,177 @@
+"""Score a trained model on robustness suites (Krone et al., paper 002, section 4 / Table 4):
+
+    python -m robustnlu.evaluate ckpt=RUN/checkpoints/best-epoch002.ckpt suite=noisy_nlu
+    python -m robustnlu.evaluate ckpt=... suite=[noisy_nlu,synthetic] suite.synthetic.split=valid
+
+- ``noisy_nlu``: the released real-world noisy suite for ATIS and SNIPS (conf/suite/noisy_nlu.yaml,
+  `robustnlu.noise.suite`), each treatment file against its recovered control utterances;
+- ``synthetic``: every noise transform of conf/suite/synthetic.yaml applied to a split of the
+  run's own dataset (any dataset), control = the utterances it changed, treatment = their
+  noised versions.
+
+For each (dataset, noise type) pair: intent accuracy, slot F1 and frame accuracy on control and
+treatment and their difference, as `robustnlu.analysis.robustness.score_table` prints them.
+Notes flag what makes a cell misleading: controls that are training or model-selection
+utterances of this run (the released SNIPS allcaps / misspelling controls are SNIPS's dev
+split), and casing noise under an uncased tokenizer (a no-op: the cell is reported with a
+note and a warning, not as a meaningful zero).
+
+Results go to ``<run>/robustness.json`` (merged with the suites already there) and
+``<run>/robustness.md``, written atomically; ``python -m robustnlu suite=[...]`` does the same at
+the end of training.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from robustnlu.analysis.robustness import METRICS, NoiseScore, score_table
+from robustnlu.cli import repo_root, run_or_exit
+from robustnlu.data.readers import load_corpus
+from robustnlu.data.utterance import Corpus, Utterance
+from robustnlu.errors import ConfigError, DataError
+from robustnlu.io import atomic_write_json, atomic_write_text
+from robustnlu.metrics.slu import SLUMetrics
+from robustnlu.noise.augment import build_transform
+from robustnlu.noise.base import noise_all
+from robustnlu.noise.casing import tokenizer_ignores_case
+from robustnlu.noise.suite import NoisyPair, load_noisy_suite
+from robustnlu.predict import Predictor
+from robustnlu.seqdrift.pipeline import make_drift_split
+
+logger = logging.getLogger(__name__)
+
+UNCASED_NOTE = "no-op: the encoder's tokenizer is uncased, casing noise cannot change its input (use a cased encoder: encoder=hf)"
+
+
+def score(predictor: Predictor, utterances: Sequence[Utterance], batch_size: int) -> dict[str, float]:
+    """Intent accuracy, slot F1 and frame accuracy of the predictor on ``utterances``."""
+    predictions = predictor.predict_utterances(utterances, batch_size)
+    metrics = SLUMetrics(intents=sorted({u.intent for u in utterances}))
+    metrics.update([p[0] for p in predictions], [u.intent for u in utterances],
+                   [p[1] for p in predictions], [list(u.tags) for u in utterances])
+    with warnings.catch_warnings():  # a pair without any slot: slot F1 is 0 by convention
+        warnings.simplefilter("ignore", UserWarning)
+        computed = metrics.compute()
+    return {m: computed[m] for m in METRICS}
+
+
+def synthetic_pairs(suite_cfg: Mapping[str, Any], corpus: Corpus, seed: int) -> list[NoisyPair]:
+    """One pair per configured noise type on ``corpus``'s ``suite_cfg.split``: the utterances
+    the transform changed (control) and their noised versions (treatment)."""
+    split = suite_cfg["split"]
+    utterances = corpus.split(split)
+    pairs = []
+    for noise, noise_cfg in suite_cfg["noise"].items():
+        transform = build_transform(noise_cfg, seed).fit(corpus.train)
+        noised, stats = noise_all(transform, utterances)
+        changed = [(u, v) for u, v in zip(utterances, noised, strict=True) if u.tokens != v.tokens]
+        pairs.append(NoisyPair(
+            dataset=corpus.name, noise=noise, source=f"synthetic:{split}",
+            treatment=[v for _, v in changed], control=[u for u, _ in changed],
+            control_splits=[split] * len(changed),
+            report={"transform": transform.config(), "stats": stats.to_dict()},
+        ))
+    return pairs
+
+
+def run_notes(pair: NoisyPair, run_corpus: Corpus, uncased: bool) -> list[str]:
+    """What makes this pair's comparison misleading for this run."""
+    notes = []
+    for split, role in (("train", "training"), ("valid", "model-selection (valid)")):
+        uids = {u.uid for u in run_corpus.split(split)}
+        k = sum(c.uid in uids for c in pair.control)
+        if k:
+            notes.append(f"{k} of {len(pair.control)} controls are {role} utterances of this run")
+    if pair.noise == "casing" and uncased:
+        notes.append(UNCASED_NOTE)
+    return notes
+
+
+def evaluate_suites(
+    predictor: Predictor, suites: Mapping[str, Any], run_cfg: DictConfig, run_corpus: Corpus, batch_size: int = 64
+) -> dict[str, dict[str, Any]]:
+    """suite name → {"scores": [NoiseScore dicts], "pairs": [pair reports]} for every suite in
+    ``suites`` (the composed ``suite`` config); ``run_corpus`` is the run's corpus (after its
+    drift split, before augmentation)."""
+    root = repo_root(run_cfg)
+    uncased = tokenizer_ignores_case(predictor.tokenizer)
+    results = {}
+    for name, suite_cfg in suites.items():
+        if suite_cfg["kind"] == "released":
+            original = load_corpus(run_cfg.dataset, root)
+            pairs = load_noisy_suite(suite_cfg, root, {original.name: original})
+            if not pairs:
+                raise ConfigError(f"suite {name}: no noisy data for dataset {original.name!r} (the suite covers ATIS and SNIPS)")
+        elif suite_cfg["kind"] == "synthetic":
+            pairs = synthetic_pairs(suite_cfg, run_corpus, run_cfg.seed)
+        else:
+            raise ConfigError(f"suite.{name}.kind must be released or synthetic, got {suite_cfg['kind']!r}")
+        scores = []
+        for pair in pairs:
+            notes = run_notes(pair, run_corpus, uncased)
+            if UNCASED_NOTE in notes:
+                warnings.warn(f"suite {name}, {pair.dataset} {pair.noise}: {UNCASED_NOTE}", stacklevel=2)
+            if not pair.control:
+                logger.warning("suite %s, %s %s: no utterance pair to score", name, pair.dataset, pair.noise)
+                continue
+            scores.append(NoiseScore(pair.dataset, pair.noise, len(pair.control), score(predictor, pair.control, batch_size),
+                                     score(predictor, pair.treatment, batch_size), notes))
+        results[name] = {"scores": [s.to_dict() for s in scores],
+                         "pairs": [{"dataset": p.dataset, "noise": p.noise, "source": p.source, **p.report} for p in pairs]}
+    return results
+
+
+def write_robustness(run_dir: Path, results: Mapping[str, dict[str, Any]], checkpoint: str | None) -> str:
+    """Merge ``results`` into ``<run_dir>/robustness.json``, rewrite robustness.md; the tables."""
+    path = run_dir / "robustness.json"
+    merged = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"suites": {}}
+    for name, entry in results.items():
+        merged["suites"][name] = {**entry, "checkpoint": checkpoint}
+    atomic_write_json(path, merged)
+    tables = "\n\n".join(
+        f"## {name} (checkpoint {entry['checkpoint']}; metrics in %)\n\n"
+        f"{score_table([NoiseScore.from_dict(d) for d in entry['scores']])}"
+        for name, entry in merged["suites"].items()
+    )
+    atomic_write_text(run_dir / "robustness.md", tables + "\n")
+    return tables
+
+
+def run_corpus_of(run_cfg: DictConfig) -> Corpus:
+    """The run's corpus as it trained on it: its dataset re-split by its drift split (cached)."""
+    corpus = load_corpus(run_cfg.dataset, repo_root(run_cfg))
+    return make_drift_split(corpus, run_cfg.drift, run_cfg.validation, run_cfg.paths.cache_dir).apply(corpus)
+
+
+def evaluate(cfg: DictConfig) -> str:
+    ckpt = Path(cfg.ckpt)
+    run_dir = ckpt.resolve().parent.parent
+    config = run_dir / "config.yaml"
+    if not config.is_file():
+        raise DataError(config, None, f"no run config next to checkpoint {ckpt} (expected RUN/checkpoints/<file>.ckpt)")
+    if not cfg.get("suite"):
+        raise ConfigError("choose at least one suite: suite=noisy_nlu or suite=[noisy_nlu,synthetic]")
+    run_cfg = OmegaConf.load(config)
+    predictor = Predictor.from_checkpoint(ckpt, cfg.device)
+    results = evaluate_suites(predictor, cfg.suite, run_cfg, run_corpus_of(run_cfg), cfg.batch_size)
+    tables = write_robustness(run_dir, results, str(ckpt.resolve().relative_to(run_dir)))
+    print(f"{tables}\n\nwritten: {run_dir / 'robustness.json'}, {run_dir / 'robustness.md'}")
+    return tables
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
+def main(cfg: DictConfig) -> None:
+    run_or_exit(evaluate, cfg)
+
+
+if __name__ == "__main__":
+    main()

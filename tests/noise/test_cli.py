@@ -1,0 +1,43 @@
+"""``python -m robustnlu.noise``: a noised copy of a dataset in the jsonl format that the jsonl
+reader loads back, the same bytes for the same seed, clear errors."""
+
+from __future__ import annotations
+
+import json
+
+from omegaconf import OmegaConf
+
+from integration_helpers import jsonl_overrides, run_cli, write_snips_sample_jsonl
+from robustnlu.data.readers import load_corpus
+
+
+def noise_cli(sample, out_dir, *extra):
+    return run_cli([*jsonl_overrides(sample), f"out_dir={out_dir}", *extra], cwd=out_dir.parent, module="robustnlu.noise")
+
+
+def test_writes_a_noised_copy_that_reads_back(tmp_path):
+    sample = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=40)
+    proc = noise_cli(sample, tmp_path / "noisy", "noise=misspelling", "splits=[test]", "seed=3")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    files = {s: tmp_path / "noisy" / f"{s}.jsonl" for s in ("train", "valid", "test")}
+    original = load_corpus(OmegaConf.create({"name": "s", "format": "jsonl", **{k: str(v) for k, v in sample.items()}}), tmp_path)
+    noisy = load_corpus(OmegaConf.create({"name": "s", "format": "jsonl", **{k: str(v) for k, v in files.items()}}), tmp_path)
+    assert noisy.train == original.train and noisy.valid == original.valid
+    assert [u.uid for u in noisy.test] == [u.uid for u in original.test]
+    assert [u.tags for u in noisy.test] == [u.tags for u in original.test]  # misspelling is 1→1
+    changed = sum(a.tokens != b.tokens for a, b in zip(original.test, noisy.test))
+    stats = json.loads((tmp_path / "noisy" / "noise_stats.json").read_text())
+    assert stats["splits"]["test"]["utterances_changed"] == changed > 0
+    assert stats["noise"]["name"] == "misspelling" and stats["seed"] == 3 and set(stats["splits"]) == {"test"}
+    first = files["test"].read_bytes()
+    assert noise_cli(sample, tmp_path / "noisy", "noise=misspelling", "splits=[test]", "seed=3").returncode == 0
+    assert files["test"].read_bytes() == first
+    assert noise_cli(sample, tmp_path / "noisy2", "noise=misspelling", "splits=[test]", "seed=4").returncode == 0
+    assert (tmp_path / "noisy2" / "test.jsonl").read_bytes() != first
+
+
+def test_unknown_split_is_a_one_line_error_and_writes_nothing(tmp_path):
+    sample = write_snips_sample_jsonl(tmp_path / "data", n_train=30, n_eval=10)
+    proc = noise_cli(sample, tmp_path / "noisy", "splits=[dev]")
+    assert proc.returncode == 2 and proc.stderr.startswith("error: splits: unknown split(s) ['dev']")
+    assert not (tmp_path / "noisy").exists() and not (tmp_path / "outputs").exists()

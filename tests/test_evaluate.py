@@ -1,0 +1,112 @@
+"""Robustness evaluation end to end through the real configs: a SNIPS model scored on the
+released noisy suite at the end of training, the `python -m robustnlu.evaluate` CLI, and
+augmentation recorded in results.json. Scores are checked against an independent
+recomputation (plain intent accuracy, seqeval slot F1) from the saved checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from seqeval.metrics import f1_score
+
+from integration_helpers import FAST, REPO, compose_config, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from robustnlu.data.readers import load_corpus
+from robustnlu.evaluate import UNCASED_NOTE
+from robustnlu.noise.casing import tokenizer_ignores_case
+from robustnlu.noise.suite import load_noisy_suite
+from robustnlu.predict import Predictor
+from robustnlu.train import run
+
+SNIPS_NOISE = {"abbreviation", "casing", "misspelling", "morphology", "paraphrase", "synonym"}
+
+
+@pytest.fixture(scope="module")
+def snips_run(tmp_path_factory):
+    """A tiny model trained briefly on the full SNIPS splits, scored on the released suite."""
+    out = tmp_path_factory.mktemp("run")
+    cfg = compose_config([*FAST, "trainer.max_epochs=1", "+trainer.limit_train_batches=30",
+                          "suite=[noisy_nlu]", f"paths.cache_dir={out / 'cache'}"], out)
+    return out, cfg, run(cfg)
+
+
+@pytest.fixture(scope="module")
+def pairs(snips_run):
+    _, cfg, _ = snips_run
+    corpus = load_corpus(cfg.dataset, REPO)
+    return {p.noise: p for p in load_noisy_suite(cfg.suite.noisy_nlu, REPO, {"snips": corpus})}
+
+
+def test_training_with_a_suite_writes_the_robustness_record(snips_run, pairs):
+    out, _, results = snips_run
+    on_disk = json.loads((out / "robustness.json").read_text())
+    assert on_disk["suites"]["noisy_nlu"]["scores"] == results["robustness"]["noisy_nlu"]["scores"]
+    scores = {s["noise"]: s for s in results["robustness"]["noisy_nlu"]["scores"]}
+    assert set(scores) == SNIPS_NOISE and {s["dataset"] for s in scores.values()} == {"snips"}
+    for noise, s in scores.items():
+        assert s["n"] == len(pairs[noise].control) > 0
+    assert "| snips | misspelling |" in (out / "robustness.md").read_text()
+
+
+@pytest.mark.parametrize("noise", ["misspelling", "casing", "synonym"])
+def test_scores_equal_an_independent_recomputation(snips_run, pairs, noise):
+    out, _, results = snips_run
+    predictor = Predictor.from_checkpoint(out / results["best_checkpoint"])
+    score = next(s for s in results["robustness"]["noisy_nlu"]["scores"] if s["noise"] == noise)
+    for side in ("control", "treatment"):
+        utterances = getattr(pairs[noise], side)
+        predicted = predictor.predict_utterances(utterances)
+        intent_acc = sum(p[0] == u.intent for p, u in zip(predicted, utterances)) / len(utterances)
+        slot_f1 = f1_score([list(u.tags) for u in utterances], [p[1] for p in predicted])
+        frame_acc = sum(p[0] == u.intent and p[1] == list(u.tags) for p, u in zip(predicted, utterances)) / len(utterances)
+        assert score[side]["intent_acc"] == pytest.approx(intent_acc)
+        assert score[side]["slot_f1"] == pytest.approx(slot_f1)
+        assert score[side]["frame_acc"] == pytest.approx(frame_acc)
+
+
+def test_notes_flag_model_selection_controls_and_casing_under_an_uncased_tokenizer(snips_run, pairs):
+    out, _, results = snips_run
+    scores = {s["noise"]: s for s in results["robustness"]["noisy_nlu"]["scores"]}
+    # the released SNIPS allcaps / misspelling rows are SNIPS's dev split = this run's valid split
+    n = len(pairs["misspelling"].control)
+    assert f"{n} of {n} controls are model-selection (valid) utterances of this run" in scores["misspelling"]["notes"]
+    tokenizer = Predictor.from_checkpoint(out / results["best_checkpoint"]).tokenizer
+    assert (UNCASED_NOTE in scores["casing"]["notes"]) == tokenizer_ignores_case(tokenizer)
+    assert all(UNCASED_NOTE not in s["notes"] for noise, s in scores.items() if noise != "casing")
+
+
+def test_evaluate_cli_adds_a_synthetic_suite_and_keeps_the_released_one(snips_run, tmp_path):
+    out, _, results = snips_run
+    ckpt = out / results["best_checkpoint"]
+    proc = run_cli([f"ckpt={ckpt}", "suite=[synthetic]", "~suite.synthetic.noise.synonym"], cwd=tmp_path, module="robustnlu.evaluate")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    suites = json.loads((out / "robustness.json").read_text())["suites"]
+    assert suites["noisy_nlu"]["scores"] == results["robustness"]["noisy_nlu"]["scores"]
+    synthetic = {s["noise"]: s for s in suites["synthetic"]["scores"]}
+    assert set(synthetic) <= SNIPS_NOISE - {"synonym"} and {"casing", "misspelling"} <= set(synthetic)
+    reports = {p["noise"]: p for p in suites["synthetic"]["pairs"]}
+    for noise, s in synthetic.items():  # a pair holds exactly the test utterances the transform changed
+        assert s["n"] == reports[noise]["stats"]["utterances_changed"]
+    assert reports["casing"]["stats"]["utterances_changed"] == 700  # casing at test time: every utterance
+    assert "## synthetic" in proc.stdout and "## noisy_nlu" in proc.stdout
+
+
+def test_evaluate_cli_reports_a_missing_checkpoint_and_leaves_nothing(tmp_path):
+    proc = run_cli([f"ckpt={tmp_path / 'nope' / 'checkpoints' / 'best.ckpt'}"], cwd=tmp_path, module="robustnlu.evaluate")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: ") and "nope" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize("mode", ["inplace", "append"])
+def test_augmentation_is_recorded_in_results(mode, tmp_path):
+    sample = write_snips_sample_jsonl(tmp_path / "data")
+    cfg = compose_config([*FAST, *jsonl_overrides(sample), "trainer.max_epochs=1", "augment=misspelling",
+                          f"augment.mode={mode}"], tmp_path / "run")
+    results = run(cfg)
+    record = json.loads((tmp_path / "run" / "results.json").read_text())["augment"]
+    assert record == results["augment"]
+    assert record["mode"] == mode and record["noise"]["name"] == "misspelling" and record["noise"]["rate"] == 0.2
+    assert record["selected"] == 240 and 0 < record["stats"]["utterances_changed"] < 240
+    expected_train = 240 + (record["stats"]["utterances_changed"] if mode == "append" else 0)
+    assert record["appended"] == expected_train - 240 and results["sizes"]["train"] == expected_train
