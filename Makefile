@@ -30,7 +30,7 @@ run: install
 	$(PY) -m robustnlu.analysis.compare $(RUN_DIR)
 
 # Real-world noise (Krone et al., paper 002): JointBERT on SNIPS trained without and with
-# misspelling augmentation (20% of tokens, in place), 2 epochs each on the CPU (about 20 minutes),
+# misspelling augmentation (20% of tokens, in place), 2 epochs each on the CPU (about 25 minutes),
 # both scored on the released noisy suite; then the Table-4 comparison (drop, gain, residual).
 NOISE_DIR ?= outputs/noise-study/$(RUN_STAMP)
 noise-study: install

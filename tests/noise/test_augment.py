@@ -70,3 +70,21 @@ def test_bad_settings_name_the_key(key, value):
     cfg = {"noise": SHOUT, "mode": "inplace", "fraction": 1.0, key: value}
     with pytest.raises(ConfigError, match=f"augment.{key}"):
         augment_corpus(corpus(5), {}, cfg, seed=0)
+
+
+# Krone et al., App. A.2: the augmentation rate chosen for each noise type
+PAPER_RATES = {"casing": 0.5, "misspelling": 0.2, "abbreviation": 0.15, "morphology": 0.1, "synonym": 0.1, "paraphrase": 0.15}
+
+
+def test_every_augment_option_composes_to_its_transform_at_the_papers_rate(tmp_path):
+    from integration_helpers import CONF, compose_config
+    from robustnlu.noise.augment import build_transform
+
+    options = {p.stem for p in (CONF / "augment").glob("*.yaml")} - {"none"}
+    assert options == set(PAPER_RATES)
+    for option in sorted(options):
+        cfg = compose_config([f"augment={option}"], tmp_path)
+        transform = build_transform(cfg.augment.noise, seed=1)
+        assert (transform.name, transform.rate, transform.seed) == (option, PAPER_RATES[option], 1)
+        assert (cfg.augment.mode, cfg.augment.fraction) == ("inplace", 1.0)
+    assert compose_config([], tmp_path).augment.noise is None
