@@ -8,12 +8,14 @@ The run directory (Hydra's runtime output dir) holds:
 - ``predictions/{valid,test}.jsonl``: uid, tokens, gold and predicted intent and tags;
 - with ``suite=[...]``: ``robustness.json`` / ``robustness.md``, the best checkpoint scored on
   noisy control / treatment pairs (`robustnlu.evaluate`), also under ``robustness`` in results.json;
+- ``status.json``: running / finished / failed (`write_status`);
 - ``config.yaml`` (resolved) and Hydra's ``.hydra/``; ``checkpoints/`` (best and last);
   ``csv/metrics.csv``; ``wandb/`` when ``logger=wandb``.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 from importlib.metadata import version
@@ -22,6 +24,7 @@ from typing import Any, NamedTuple
 
 import pytorch_lightning as pl
 from hydra.utils import instantiate
+from lightning_fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from robustnlu.cli import repo_root
@@ -89,12 +92,34 @@ def prepare(cfg: DictConfig) -> RunParts:
     return RunParts(corpus, drift_split, datamodule, module, augmentation)
 
 
+def write_status(out_dir: Path, state: str, **extra: Any) -> None:
+    """``status.json``: ``running`` once the input is valid, then ``finished`` or ``failed`` (with
+    the error), so a report finds failed and unfinished runs (a hard-killed job stays
+    ``running``) from the run directories alone. Written by the rank-0 process only."""
+    if rank_zero_only.rank == 0:
+        atomic_write_json(out_dir / "status.json", {
+            "state": state, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
+            "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **extra})
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     started = time.time()
     out_dir = Path(cfg.paths.output_dir)
     pl.seed_everything(cfg.seed, workers=True)
+    parts = prepare(cfg)  # raises DataError before anything is written
+    write_status(out_dir, "running")
+    try:
+        results = train_and_record(cfg, parts, out_dir, started)
+    except BaseException as err:
+        write_status(out_dir, "failed", error=f"{type(err).__name__}: {err}")
+        raise
+    write_status(out_dir, "finished", wall_time_s=results["wall_time_s"])
+    return results
 
-    corpus, drift_split, datamodule, module, augmentation = prepare(cfg)  # raises DataError before anything is written
+
+def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: float) -> dict[str, Any]:
+    """Fit, validate and test the best checkpoint, score the suites, write the run record."""
+    corpus, drift_split, datamodule, module, augmentation = parts
     config = OmegaConf.to_container(cfg, resolve=True)
     atomic_write_text(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
 

@@ -154,3 +154,26 @@ def test_summary_table_drop_is_valid_minus_test_in_points():
     lines = summary_table({"valid": valid, "test": test}).splitlines()
     assert lines[0].split() == list(SUMMARY_METRICS)
     assert [float(x) for x in lines[3].split()[1:]] == [10.0, 20.0, 15.0, -20.0, 20.0, 10.0]
+
+
+def test_status_file_says_finished(trained):
+    out, results = trained
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "finished" and status["wall_time_s"] == results["wall_time_s"]
+    assert status["pid"] > 0 and status["host"]
+
+
+def test_status_file_says_failed_with_the_error(sample, tmp_path, monkeypatch):
+    import robustnlu.train as train
+
+    class Exploding:
+        def fit(self, *args, **kwargs):
+            raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(train, "build_trainer", lambda cfg: Exploding())
+    cfg = compose_config([*FAST, *jsonl_overrides(sample)], tmp_path)
+    with pytest.raises(RuntimeError, match="simulated"):
+        run(cfg)
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["state"] == "failed" and status["error"] == "RuntimeError: CUDA out of memory (simulated)"
+    assert not (tmp_path / "results.json").exists()
