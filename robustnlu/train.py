@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import pytorch_lightning as pl
 from hydra.utils import instantiate
 from lightning_fabric.utilities.rank_zero import rank_zero_only
+from pytorch_lightning.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from robustnlu.cli import repo_root
@@ -92,6 +93,17 @@ def prepare(cfg: DictConfig) -> RunParts:
     return RunParts(corpus, drift_split, datamodule, module, augmentation)
 
 
+def log_summary(trainer: pl.Trainer, results: dict[str, Any]) -> None:
+    """Put the final metrics (per-group ones left out), split sizes and drift split statistics in
+    the W&B run's summary, for W&B tables across runs."""
+    summary = {"final": {split: {k: v for k, v in results["metrics"][split].items() if not k.startswith("group/")}
+                         for split in ("valid", "test")},
+               "sizes": results["sizes"], "drift": results["drift"]}
+    for lg in trainer.loggers:
+        if isinstance(lg, WandbLogger):
+            lg.experiment.summary.update(summary)
+
+
 def write_status(out_dir: Path, state: str, **extra: Any) -> None:
     """``status.json``: ``running`` once the input is valid, then ``finished`` or ``failed`` (with
     the error), so a report finds failed and unfinished runs (a hard-killed job stays
@@ -146,6 +158,7 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         "versions": versions(),
         "config": config,
     }
+    log_summary(trainer, results)
     suites = cfg.get("suite")
     if suites and trainer.is_global_zero:  # the module holds the best checkpoint's weights since trainer.test
         results["robustness"] = evaluate_suites(Predictor(module, datamodule.tokenizer), suites, cfg, corpus)

@@ -4,6 +4,9 @@ code != 0, no traceback and no output; secrets never reach the run directory."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +121,28 @@ def test_predict_file_with_bad_utf8_names_file_and_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith(f"error: {texts}:2: not valid UTF-8")
     assert "Traceback" not in proc.stderr
+
+
+def read_wandb_records(path):
+    """The records of an offline W&B run file, as wandb's own CLI prints them (one JSON each)."""
+    proc = subprocess.run([str(Path(sys.executable).parent / "wandb"), "leet", "inspect", "--json", str(path)],
+                          capture_output=True, text=True, timeout=120, check=True)
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
+def test_wandb_run_is_grouped_by_scenario_with_final_metrics_in_its_summary(sample, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_cli([*FAST, "trainer.max_epochs=1", *jsonl_overrides(sample), "logger=wandb", "seed=3",
+                    f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_file,) = (run_dir / "wandb").rglob("offline-run-*/*.wandb")  # offline by default
+    records = read_wandb_records(run_file)
+    run = next(r["run"] for r in records if "run" in r)
+    assert run["run_group"] == "jsonl-none-False-iid" and run["job_type"] == "erm"
+    assert set(run["tags"]) == {"jsonl", "drift=none", "partial=False", "validation=iid", "method=erm", "seed=3"}
+    summary = {}
+    for r in records:
+        summary.update(r.get("summary", {}).get("update", {}))
+    results = json.loads((run_dir / "results.json").read_text())
+    assert summary["final"]["test"]["slot_f1"] == pytest.approx(results["metrics"]["test"]["slot_f1"])
+    assert summary["sizes"] == results["sizes"] and summary["drift"]["kind"] == "none"
