@@ -1,0 +1,187 @@
+"""``python -m robustnlu.hpo [--top 2] [--retrain-seed S] <Hydra overrides>``: the core paper's
+hyper-parameter protocol for one scenario and method (section 5 "Hyperparameters", App. C):
+
+1. an Optuna study of ``hydra.sweeper.n_trials`` trials (8 in the paper) through Hydra's Optuna
+   sweeper: ``python -m robustnlu -m +hparams_search=<method> <overrides>`` (conf/hparams_search/);
+2. the study is read back from its sqlite storage and the two best completed trials are taken
+   (failed / pruned / running trials are ignored; a setting proposed twice counts once);
+3. both settings are retrained with a second seed, each as a plain multirun
+   ``python -m robustnlu -m seed=<S> <overrides> <setting>`` (the paper's 2 settings × 2 seeds =
+   4 models: the trials themselves are the first seed);
+4. ``best_params.json`` (the study's best trial, the chosen settings and their run dirs) is
+   written atomically into the search's sweep dir.
+
+Example::
+
+    python -m robustnlu.hpo +experiment=snips_slot_value drift.partial=true validation=iid method=topk
+
+Why argparse plus Hydra's compose API rather than ``@hydra.main``: the driver is not a training
+job; a Hydra app would make a run dir of its own and parse the user's overrides instead of
+forwarding them verbatim to the two multiruns. ``compose`` (with the same overrides) resolves the
+study name, storage URL and sweep dir exactly as the sweeper will, so nothing is duplicated here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+
+from robustnlu.cli import REPO_ROOT
+
+CONF_DIR = REPO_ROOT / "conf"
+
+
+class MakeDirs(Callback):
+    """Hydra callback (conf/hparams_search/base.yaml): create ``path`` when a multirun starts, so
+    the sqlite storage of the Optuna study can be opened in a fresh checkout."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        Path(self.path).mkdir(parents=True, exist_ok=True)
+
+
+# ---------------------------------------------------------------------------- the study
+def top_settings(study: Any, n: int = 2) -> list[dict[str, Any]]:
+    """The ``n`` best completed trials of ``study`` with distinct params, best first (ties: the
+    earlier trial). A rerun study with the same sampler seed proposes the same points again:
+    the duplicate of a setting already taken is skipped."""
+    import optuna
+
+    sign = -1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
+    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if t.value is not None]
+    chosen: list[dict[str, Any]] = []
+    for t in sorted(done, key=lambda t: (sign * t.value, t.number)):
+        if any(c["params"] == t.params for c in chosen):
+            continue
+        chosen.append({"trial": t.number, "value": t.value, "params": dict(t.params)})
+        if len(chosen) == n:
+            break
+    return chosen
+
+
+def load_study(name: str, storage: str) -> Any | None:
+    import optuna
+
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:  # no study of that name (yet)
+        return None
+
+
+# ---------------------------------------------------------------------------- overrides
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def search_overrides(overrides: list[str]) -> list[str]:
+    """The Optuna multirun's overrides: ``method=<m>`` also selects ``+hparams_search=<m>``."""
+    if any(_key(o) == "hparams_search" for o in overrides):
+        return list(overrides)
+    methods = [o.split("=", 1)[1] for o in overrides if _key(o) == "method"]
+    if len(methods) != 1 or "," in methods[0]:
+        raise SystemExit("error: give exactly one method=<name> (or +hparams_search=<name>)")
+    return [f"+hparams_search={methods[0]}", *overrides]
+
+
+def retrain_overrides(overrides: list[str]) -> list[str]:
+    """The plain multirun's overrides: the scenario without anything of the Optuna search."""
+    drop = ("hparams_search", "paths.hpo_dir", "seed", "hydra.sweep.dir", "hydra.sweep.subdir")
+    return [o for o in overrides
+            if _key(o) not in drop and not _key(o).startswith(("hydra.sweeper.", "hydra/sweeper"))]
+
+
+def compose_search(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides, return_hydra_config=True)
+
+
+def run_robustnlu(args: list[str]) -> None:
+    cmd = [sys.executable, "-m", "robustnlu", "-m", *args]
+    print("+ " + " ".join(cmd), flush=True)
+    rc = subprocess.run(cmd, env=os.environ.copy()).returncode
+    if rc != 0:
+        raise SystemExit(rc)
+
+
+# ---------------------------------------------------------------------------- the protocol
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(
+        prog="python -m robustnlu.hpo", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--top", type=int, default=2, help="settings to retrain (paper: 2)")
+    parser.add_argument("--retrain-seed", type=int, default=None,
+                        help="seed of the retraining (default: the study's seed + 1)")
+    parser.add_argument("--no-search", action="store_true",
+                        help="skip the Optuna run: retrain from the study as it is in the storage")
+    parser.add_argument("--no-retrain", action="store_true", help="stop after writing best_params.json")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m robustnlu")
+    args = parser.parse_args(argv)
+
+    search = search_overrides(args.overrides)
+    cfg = compose_search(search)
+    name, storage = cfg.hydra.sweeper.study_name, cfg.hydra.sweeper.storage
+    sweep_dir = Path(cfg.hydra.sweep.dir)  # resolved once: the search and this file agree
+    search = [o for o in search if _key(o) != "hydra.sweep.dir"] + [f"hydra.sweep.dir={sweep_dir}"]
+    Path(cfg.paths.hpo_dir).mkdir(parents=True, exist_ok=True)
+
+    if not args.no_search:
+        before = load_study(name, storage)
+        n_before = len(before.trials) if before is not None else 0
+        if n_before and not any(_key(o) == "hydra.sweeper.sampler.seed" for o in search):
+            # the same sampler seed would propose the points of the earlier run(s) again
+            seed = int(cfg.hydra.sweeper.sampler.seed or 0) + n_before
+            search.append(f"hydra.sweeper.sampler.seed={seed}")
+        run_robustnlu(search)
+
+    study = load_study(name, storage)
+    chosen = top_settings(study, args.top) if study is not None else []
+    if not chosen:
+        raise SystemExit(f"error: study {name!r} in {storage} has no completed trial")
+
+    from robustnlu.io import atomic_write_json
+
+    retrain_seed = args.retrain_seed if args.retrain_seed is not None else int(cfg.seed) + 1
+    plain = retrain_overrides(args.overrides)
+    if not any(_key(o) == "method" for o in plain):  # +hparams_search=<m> alone picked the method
+        plain.append(f"method={cfg.hydra.runtime.choices.method}")
+    for rank, setting in enumerate(chosen, 1):
+        setting["retrain_dir"] = str(sweep_dir / "retrain" / f"top{rank}_seed{retrain_seed}")
+    report = {
+        "study_name": name,
+        "storage": storage,
+        "direction": study.direction.name.lower(),
+        "n_trials": len(study.trials),
+        "n_complete": sum(t.state.name == "COMPLETE" for t in study.trials),
+        "best_trial": study.best_trial.number,
+        "best_value": study.best_value,
+        "best_params": study.best_params,
+        "seed": int(cfg.seed),
+        "retrain_seed": retrain_seed,
+        "overrides": plain,
+        "chosen": chosen,
+    }
+    out = atomic_write_json(sweep_dir / "best_params.json", report)
+    print(f"best_params.json: {out}", flush=True)
+
+    if not args.no_retrain:
+        for setting in chosen:
+            run_robustnlu([*plain, f"seed={retrain_seed}",
+                           *(f"{k}={v}" for k, v in setting["params"].items()),
+                           f"hydra.sweep.dir={Path(setting['retrain_dir']).parent}",
+                           f"hydra.sweep.subdir={Path(setting['retrain_dir']).name}"])
+    return report
+
+
+if __name__ == "__main__":
+    main()

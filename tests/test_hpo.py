@@ -1,0 +1,172 @@
+"""Hyper-parameter search through Hydra's Optuna sweeper (conf/hparams_search/, robustnlu/hpo.py;
+core paper section 5 "Hyperparameters", App. C, Table 9)."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
+from omegaconf import OmegaConf
+from optuna.distributions import (
+    CategoricalDistribution,
+    IntLogUniformDistribution,
+    LogUniformDistribution,
+    UniformDistribution,
+)
+from optuna.trial import TrialState, create_trial
+
+from integration_helpers import CONF, FAST, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from robustnlu import hpo
+
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # add_trial
+
+METHODS = sorted(p.stem for p in (CONF / "method").glob("*.yaml"))
+LAMBDA_GAMMA = {"optimizer.lr": LogUniformDistribution(1e-5, 1e-4),                 # Table 9 λ
+                "model.intent_loss_scale": LogUniformDistribution(1e-2, 10.0)}      # Table 9 γ
+
+
+def compose_search(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides, return_hydra_config=True)
+
+
+def test_every_method_has_a_search_config():
+    assert {p.stem for p in (CONF / "hparams_search").glob("*.yaml")} - {"base"} == set(METHODS)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_search_config_composes_with_its_method_and_its_params_parse(method):
+    for overrides in ([f"+hparams_search={method}"], [f"+hparams_search={method}", f"method={method}"]):
+        cfg = compose_search(["+experiment=snips_slot_value", "drift.partial=true", *overrides])
+        assert cfg.method.name == method
+        sweeper = cfg.hydra.sweeper
+        assert sweeper._target_.endswith("OptunaSweeper")
+        assert sweeper.direction == "maximize"
+        assert sweeper.sampler._target_ == "optuna.samplers.TPESampler" and sweeper.sampler.seed is not None
+        assert sweeper.study_name == f"snips-slot_value-partial_True-iid-{method}"
+        assert sweeper.storage == "sqlite:///outputs/hpo/optuna.db"
+        assert sweeper.n_trials == 8 and sweeper.n_jobs == 1 and sweeper.max_failure_rate > 0
+        space, fixed = create_params_from_overrides([f"{k}={v}" for k, v in sweeper.params.items()])
+        assert not fixed and set(space) == set(sweeper.params)
+        assert {k: space[k] for k in LAMBDA_GAMMA} == LAMBDA_GAMMA
+        for key in space:  # every searched key is a key of the composed training config
+            assert OmegaConf.select(cfg, key, default="<missing>") != "<missing>", key
+        assert cfg.hydra.callbacks.hpo_dir.path == "outputs/hpo"
+
+
+def test_method_specific_search_spaces_are_table_9():
+    def space(method):
+        params = compose_search([f"+hparams_search={method}"]).hydra.sweeper.params
+        return create_params_from_overrides([f"{k}={v}" for k, v in params.items()])[0]
+
+    assert space("erm") == LAMBDA_GAMMA
+    assert space("topk")["method.k"] == IntLogUniformDistribution(1, 16)
+    assert space("topk_group")["method.k"] == IntLogUniformDistribution(2, 16)
+    for m in ("topk_ae_prob", "topk_ae_bin"):
+        s = space(m)
+        assert s["method.k"] == IntLogUniformDistribution(2, 16)
+        assert s["method.ae_lr"] == LogUniformDistribution(1e-4, 1e-3)
+        assert s["adversary.beta"] == LogUniformDistribution(0.1, 1.0)
+        assert s["adversary.latent_groups"] == CategoricalDistribution((128, 256, 512))
+    assert space("group_dro")["method.step_size"] == LogUniformDistribution(1e-4, 1.0)
+    assert space("topic_cvar")["method.alpha"] == UniformDistribution(1e-4, 0.5)
+    assert space("topic_cvar")["method.ema_step"] == LogUniformDistribution(1e-4, 0.5)
+
+
+def test_driver_overrides():
+    assert hpo.search_overrides(["+experiment=snips", "method=topk"]) == [
+        "+hparams_search=topk", "+experiment=snips", "method=topk"]
+    with pytest.raises(SystemExit):
+        hpo.search_overrides(["+experiment=snips"])
+    assert hpo.retrain_overrides(["method=topk", "+hparams_search=topk", "seed=3", "paths.hpo_dir=x",
+                                  "hydra.sweeper.n_trials=3", "hydra.sweep.dir=d", "validation=ood"]) == [
+        "method=topk", "validation=ood"]
+
+
+def _trial(value, state=TrialState.COMPLETE, **params):
+    dists = {"optimizer.lr": LogUniformDistribution(1e-5, 1e-4), "method.k": IntLogUniformDistribution(1, 16)}
+    params = {"optimizer.lr": 5e-5, "method.k": 4, **params}
+    return create_trial(state=state, value=value if state == TrialState.COMPLETE else None,
+                        params=params, distributions=dists)
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_top2_takes_the_two_best_completed_distinct_settings(tmp_path, direction):
+    study = optuna.create_study(study_name="s", direction=direction,
+                                storage=f"sqlite:///{tmp_path}/optuna.db")
+    best = 0.99 if direction == "maximize" else 0.01
+    study.add_trial(_trial(0.5, **{"method.k": 1}))                           # 0
+    study.add_trial(_trial(None, TrialState.FAIL, **{"method.k": 2}))         # 1: failed
+    study.add_trial(_trial(None, TrialState.PRUNED, **{"method.k": 3}))       # 2: pruned
+    study.add_trial(_trial(0.8, **{"method.k": 5}))                           # 3
+    study.add_trial(_trial(0.8, **{"method.k": 5}))                           # 4: same point again
+    study.add_trial(_trial(0.7, **{"method.k": 6}))                           # 5
+    study.add_trial(_trial(best, **{"method.k": 7}))                          # 6
+    loaded = hpo.load_study("s", f"sqlite:///{tmp_path}/optuna.db")
+    top = hpo.top_settings(loaded, 2)
+    if direction == "maximize":
+        assert [t["trial"] for t in top] == [6, 3]  # 4 repeats 3's point: counted once
+        assert top[1]["params"] == {"optimizer.lr": 5e-5, "method.k": 5} and top[1]["value"] == 0.8
+    else:
+        assert [t["trial"] for t in top] == [6, 0]
+    assert hpo.load_study("other", f"sqlite:///{tmp_path}/optuna.db") is None
+
+
+def test_top2_of_a_study_without_completed_trials_is_empty():
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(_trial(None, TrialState.FAIL))
+    assert hpo.top_settings(study) == []
+
+
+def test_optuna_sweep_of_3_trials_runs_through_hydra_and_writes_the_best_parameters(tmp_path):
+    """~40 s: 3 one-epoch tiny-encoder trials in one Hydra multirun, then the driver reads the
+    study back (no search, no retraining) and writes best_params.json."""
+    data = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=40)
+    fast = [o for o in FAST if not o.startswith(("optimizer.lr", "trainer.max_epochs"))]  # lr is searched
+    scenario = [*jsonl_overrides(data), *fast, "trainer.max_epochs=1", f"paths.hpo_dir={tmp_path}/hpo"]
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["-m", "+hparams_search=topk", *scenario, "hydra.sweeper.n_trials=3",
+                    f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    storage = f"sqlite:///{tmp_path}/hpo/optuna.db"
+    study = optuna.load_study(study_name="jsonl-none-partial_none-iid-topk", storage=storage)
+    assert len(study.trials) == 3
+    assert all(t.state == TrialState.COMPLETE for t in study.trials)
+    assert all(set(t.params) == {"optimizer.lr", "model.intent_loss_scale", "method.k"} for t in study.trials)
+    results = OmegaConf.load(sweep / "optimization_results.yaml")
+    assert set(results.best_params) == {"optimizer.lr", "model.intent_loss_scale", "method.k"}
+    assert results.best_value == pytest.approx(study.best_value)
+    for trial in range(3):
+        assert (sweep / str(trial) / "results.json").exists()
+
+    out = tmp_path / "driver"
+    proc = run_cli(["--no-search", "--no-retrain", "method=topk", *scenario, f"hydra.sweep.dir={out}"],
+                   cwd=tmp_path, module="robustnlu.hpo")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "best_params.json").read_text())
+    assert report["best_params"] == study.best_params and report["n_complete"] == 3
+    assert [c["trial"] for c in report["chosen"]] == [t["trial"] for t in hpo.top_settings(study)]
+    assert report["retrain_seed"] == 1 and "method=topk" in report["overrides"]
+
+
+@pytest.mark.slow
+def test_driver_runs_the_whole_protocol(tmp_path):
+    """~85 s: search (3 trials), best_params.json, the 2 best settings retrained with seed 1."""
+    data = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=40)
+    fast = [o for o in FAST if not o.startswith(("optimizer.lr", "trainer.max_epochs"))]
+    out = tmp_path / "hpo_run"
+    proc = run_cli(["method=topk", *jsonl_overrides(data), *fast, "trainer.max_epochs=1",
+                    "hydra.sweeper.n_trials=3", f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={out}"],
+                   cwd=tmp_path, module="robustnlu.hpo")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "best_params.json").read_text())
+    assert report["n_trials"] == 3 and len(report["chosen"]) == 2
+    for rank, setting in enumerate(report["chosen"], 1):
+        results = json.loads((out / "retrain" / f"top{rank}_seed1" / "results.json").read_text())
+        assert results["seed"] == 1
+        assert results["config"]["method"]["k"] == setting["params"]["method.k"]
+        assert results["config"]["optimizer"]["lr"] == pytest.approx(setting["params"]["optimizer.lr"])
