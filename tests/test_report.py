@@ -1,0 +1,218 @@
+"""`python -m robustnlu.report` on a small real sweep: tiny encoder, 1 epoch, 2 scenarios (slot
+context drift with i.i.d. vs o.o.d. validation) × 2 methods (erm, topk) × 2 seeds, nested in
+sub-folders, plus a failed run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.image as mpimg  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from integration_helpers import (  # noqa: E402
+    FAST, SMALL_DRIFT, compose_config, jsonl_overrides, write_snips_sample_jsonl)
+from robustnlu.analysis import study as st  # noqa: E402
+from robustnlu.analysis.significance import (  # noqa: E402
+    SignificanceResult,
+    approximate_randomization,
+    family_wise_error,
+    load_predictions,
+)
+from robustnlu.report import main  # noqa: E402
+from robustnlu.train import run  # noqa: E402
+
+VALIDATIONS = ("iid", "ood")
+METHODS = ("erm", "topk")
+SEEDS = (1, 2)
+ROUNDS, SEED = 300, 7
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("study")
+    sample = write_snips_sample_jsonl(root / "data", n_train=600, n_eval=60)
+    for validation in VALIDATIONS:
+        for method in METHODS:
+            for seed in SEEDS:
+                out = root / "sweep" / validation / f"{method}-{seed}"
+                cfg = compose_config([*FAST, *jsonl_overrides(sample), *SMALL_DRIFT, f"method={method}",
+                                      f"seed={seed}", f"validation={validation}", "trainer.max_epochs=1",
+                                      "data.batch_size=128", "~callbacks.early_stopping",
+                                      "+trainer.num_sanity_val_steps=0", f"paths.cache_dir={root / 'cache'}"], out)
+                run(cfg)
+    failed = root / "sweep" / "ood" / "topk-3"
+    failed.mkdir()
+    (failed / "status.json").write_text(json.dumps({"state": "failed", "error": "RuntimeError: out of memory"}))
+    return root / "sweep"
+
+
+@pytest.fixture(scope="module")
+def report(sweep, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "report"
+    rc = main([str(sweep), "--out", str(out), "--rounds", str(ROUNDS), "--seed", str(SEED)])
+    assert rc == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def study(sweep):
+    return st.build_study([sweep], rounds=ROUNDS, seed=SEED)
+
+
+def read_csv(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_every_table_and_figure_is_written(report):
+    assert sorted(p.name for p in report.iterdir()) == sorted(st.FILES)
+    for name in st.FILES:
+        assert (report / name).stat().st_size > 0
+    text = (report / "report.md").read_text()
+    for name in st.FILES[:-1]:
+        assert f"({name})" in text  # linked from report.md
+
+
+@pytest.mark.parametrize("name", ["fig1a_drop.png", "fig1bc_counts.png"])
+def test_figures_are_non_blank_pngs(report, name):
+    image = mpimg.imread(report / name)
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+    assert float(np.var(image[..., :3])) > 0
+
+
+def test_figures_have_one_bar_per_scenario_method_and_direction(study):
+    drop = st.plot_drop(study.stats)
+    assert len(drop.axes) == 1  # one dataset
+    assert len(drop.axes[0].patches) == len(VALIDATIONS) * len(METHODS)
+    heights = sorted(p.get_height() for p in drop.axes[0].patches)
+    assert heights == pytest.approx(sorted(s.stats["drop"][0] for s in study.stats))
+    counts = st.plot_counts(study.counts)
+    assert [ax.get_title().split(" (")[0] for ax in counts.axes] == [
+        "all scenarios", "full vs partial drift", "i.i.d. vs o.o.d. validation"]
+    # one non-ERM method: worse + better bar per group value (all: 1 value, full only, iid and ood)
+    assert [len(ax.patches) for ax in counts.axes] == [2, 2, 4]
+
+
+def test_tables_hold_one_row_per_scenario_and_method(report, sweep):
+    for name in ("table10_metrics.csv", "relative_change.csv"):
+        rows = read_csv(report / name)
+        assert [(r["validation"], r["method"]) for r in rows] == [(v, m) for v in VALIDATIONS for m in METHODS]
+        assert all(r["n_models"] == "2" and r["drift"] == "slot_context" and r["amount"] == "full" for r in rows)
+    assert len((report / "table10_metrics.md").read_text().strip().splitlines()) == 2 + 4
+    rows = read_csv(report / "table10_metrics.csv")
+    for row in rows:
+        results = [json.loads((sweep / row["validation"] / f"{row['method']}-{s}" / "results.json").read_text())
+                   for s in SEEDS]
+        combined = [100 * r["metrics"]["test"]["combined"] for r in results]
+        assert float(row["combined_mean"]) == pytest.approx(np.mean(combined), abs=1e-4)
+        assert float(row["combined_std"]) == pytest.approx(np.std(combined, ddof=1), abs=1e-4)
+        drops = [100 * (r["metrics"]["valid"]["combined"] - r["metrics"]["test"]["combined"]) for r in results]
+        assert float(row["drop_mean"]) == pytest.approx(np.mean(drops), abs=1e-4)
+        assert "worst_group/combined_mean" in row
+    rel = {(r["validation"], r["method"]): r for r in read_csv(report / "relative_change.csv")}
+    table = {(r["validation"], r["method"]): r for r in rows}
+    for v in VALIDATIONS:
+        erm, topk = float(table[(v, "erm")]["combined_mean"]), float(table[(v, "topk")]["combined_mean"])
+        assert float(rel[(v, "topk")]["combined_rel_change_pct"]) == pytest.approx(100 * (topk - erm) / erm, abs=1e-3)
+        assert float(rel[(v, "erm")]["combined_rel_change_pct"]) == 0.0
+        assert rel[(v, "topk")]["k_tests"] == "2"
+        assert float(rel[(v, "topk")]["family_wise_error"]) == pytest.approx(family_wise_error(0.05, 2), abs=1e-3)
+    counts = read_csv(report / "significance_counts.csv")
+    by_group = {(r["group"], r["value"]): r for r in counts}
+    assert {r["method"] for r in counts} == {"topk"}
+    assert by_group[("all", "all")]["scenarios"] == "2"
+    assert by_group[("validation", "iid")]["scenarios"] == by_group[("validation", "ood")]["scenarios"] == "1"
+    for r in counts:
+        assert int(r["better"]) + int(r["worse"]) + int(r["same"]) == int(r["scenarios"])
+
+
+@pytest.mark.parametrize("validation", VALIDATIONS)
+def test_significance_equals_a_direct_test_of_the_same_seed_pair(study, report, sweep, validation):
+    comparison = next(c for c in study.comparisons if c.method == "topk" and c.scenario.validation == validation)
+    assert [(p.run.seed, p.baseline.seed, p.by_seed) for p in comparison.pairs] == [(s, s, True) for s in SEEDS]
+    for metric in st.TESTED_METRICS:
+        tests = comparison.verdicts[metric].tests
+        for seed, result in zip(SEEDS, tests, strict=True):
+            direct = approximate_randomization(load_predictions(sweep / validation / f"topk-{seed}"),
+                                               load_predictions(sweep / validation / f"erm-{seed}"),
+                                               metric, ROUNDS, SEED)
+            assert result == direct
+    row = next(r for r in read_csv(report / "relative_change.csv")
+               if r["validation"] == validation and r["method"] == "topk")
+    assert [float(p) for p in row["combined_p_values"].split(";")] == pytest.approx(
+        [t.p_value for t in comparison.verdicts["combined"].tests], rel=1e-5)
+    assert row["combined_decision"] == comparison.verdicts["combined"].decision
+
+
+def test_failed_run_and_pairing_rule_are_reported(report, sweep):
+    text = (report / "report.md").read_text()
+    assert str(sweep / "ood" / "topk-3") in text and "RuntimeError: out of memory" in text
+    assert "8 finished runs in 2 scenarios" in text and "1 failed or unfinished" in text
+    assert "ERM model of the same seed" in text and f"{ROUNDS} shuffles, seed {SEED}" in text
+    assert f"k = 2: {family_wise_error(0.05, 2):.3f}" in text
+
+
+def test_report_is_deterministic_given_the_seed(report, sweep, tmp_path):
+    assert main([str(sweep / "iid"), str(sweep / "ood"), "--out", str(tmp_path), "--rounds", str(ROUNDS),
+                 "--seed", str(SEED)]) == 0
+    for name in ("table10_metrics.csv", "relative_change.csv", "significance_counts.csv"):
+        assert (tmp_path / name).read_text() == (report / name).read_text()
+
+
+def test_a_directory_without_runs_is_an_error_and_nothing_is_written(sweep, tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "out"
+    assert main([str(sweep), str(empty), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(empty) in err
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------ rules, without training
+
+
+def fake(path, seed):
+    return st.Run(path=Path(path), results={"seed": seed, "method": "m"})
+
+
+def test_pairing_falls_back_to_sorted_order_for_a_seed_without_erm():
+    erm = [fake("e1", 1), fake("e2", 2)]
+    pairs = st.pair_models([fake("m2", 2), fake("m3", 3), fake("m1", 1)], erm)
+    assert [(p.run.seed, p.baseline.seed, p.by_seed) for p in pairs] == [(1, 1, True), (2, 2, True), (3, 1, False)]
+    pairs = st.pair_models([fake("m1", 1), fake("m3", 3)], erm)
+    assert [(p.run.seed, p.baseline.seed, p.by_seed) for p in pairs] == [(1, 1, True), (3, 2, False)]
+    assert st.pair_models([fake("m1", 1)], []) == []
+
+
+def result(difference, p, metric="combined"):
+    return SignificanceResult(metric, 0.5 + difference, 0.5, difference, p, 100, 10)
+
+
+@pytest.mark.parametrize("rule, tests, expected", [
+    ("any", [result(0.1, 0.01), result(0.05, 0.3)], "better"),
+    ("any", [result(0.1, 0.01), result(-0.05, 0.01)], "same"),  # significant both ways
+    ("any", [result(0.1, 0.3), result(0.05, 0.3)], "same"),
+    ("majority", [result(0.1, 0.01), result(0.05, 0.3)], "same"),  # 1 of 2 is not > k / 2
+    ("majority", [result(0.1, 0.01), result(0.05, 0.01), result(0.05, 0.3)], "better"),
+    ("all", [result(0.1, 0.01), result(0.05, 0.02)], "better"),
+    ("all", [result(0.1, 0.01), result(0.05, 0.3)], "same"),
+])
+def test_decision_rule(rule, tests, expected):
+    assert st.decide("combined", 1.0, tests, 0.05, rule).decision == expected
+
+
+def test_decision_follows_the_direction_of_the_mean_and_semer_is_lower_better():
+    worse = [result(-0.1, 0.01), result(-0.2, 0.01)]
+    assert st.decide("combined", -2.0, worse, 0.05, "all").decision == "worse"
+    assert st.decide("combined", 2.0, worse, 0.05, "any").decision == "same"
+    semer = [result(-0.1, 0.01, "semer")]  # A has lower SEMER: better
+    assert st.decide("semer", -3.0, semer, 0.05, "any").decision == "better"
+    assert math.isnan(st.relative_change(1.0, 0.0))
