@@ -12,7 +12,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
 from robustnlu.data.datamodule import Collator, EncodedDataset, SLUDataModule
 from robustnlu.data.readers import load_corpus

@@ -6,19 +6,20 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
+def atomic_write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
+    """Call ``write(file)`` on a temporary sibling of ``path`` opened in binary mode, then
+    ``os.replace`` it into place (the temporary file is removed if ``write`` fails)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -26,6 +27,11 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` via a temporary file in the same folder and ``os.replace``."""
+    return atomic_write_with(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> Path:

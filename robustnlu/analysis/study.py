@@ -41,8 +41,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -60,7 +58,7 @@ from robustnlu.analysis.significance import (
     paired_counts,
 )
 from robustnlu.errors import DataError, RobustNLUError
-from robustnlu.io import atomic_write_text
+from robustnlu.io import atomic_write_text, atomic_write_with
 
 BASELINE = "erm"
 #: (key in metrics[split], column title, higher is better); "drop" is valid − test COMBINED
@@ -589,23 +587,11 @@ def plot_counts(counts: Sequence[dict[str, Any]]):
 
 
 def atomic_save_figure(fig, path: Path) -> Path:
-    """``fig`` as PNG at ``path`` via a temporary sibling and ``os.replace`` (Agg canvas)."""
+    """``fig`` as PNG at ``path``, written atomically (Agg canvas)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            fig.savefig(handle, format="png", dpi=100)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_with(path, lambda f: fig.savefig(f, format="png", dpi=100))
 
 
 # --------------------------------------------------------------------------- the study

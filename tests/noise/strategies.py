@@ -36,6 +36,12 @@ def utterances(draw, words=WORDS) -> Utterance:
     return Utterance(uid, tuple(tokens), tuple(tags), draw(st.sampled_from(("book_flight", "play_music"))))
 
 
+def utt(text: str, tags: str | None = None, uid: str = "u1", intent: str = "x") -> Utterance:
+    """An utterance from space-separated tokens and tags (all ``O`` when ``tags`` is None)."""
+    tokens = tuple(text.split())
+    return Utterance(uid, tokens, tuple(tags.split()) if tags else ("O",) * len(tokens), intent)
+
+
 def slot_values(u: Utterance) -> list[tuple[str, tuple[str, ...]]]:
     """(type, value tokens) of every span, left to right."""
     return [(typ, u.tokens[s:e]) for typ, s, e in sorted(extract_spans(list(u.tags)), key=lambda x: x[1])]

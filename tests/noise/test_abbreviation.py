@@ -10,17 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from robustnlu.data.utterance import Utterance
 from robustnlu.errors import DataError
 from robustnlu.metrics import extract_spans
 from robustnlu.noise.abbreviation import DEFAULT_KB, HOMOPHONES, Abbreviation, drop_vowels, load_abbreviations
 from robustnlu.noise.base import TARGET_TOKENS
-from tests.noise.strategies import assert_noise_properties, utterances
+from tests.noise.strategies import assert_noise_properties, utt, utterances
 
-
-def utt(text: str, tags: str | None = None, uid: str = "u1") -> Utterance:
-    tokens = tuple(text.split())
-    return Utterance(uid, tokens, tuple(tags.split()) if tags else ("O",) * len(tokens), "x")
 
 
 @pytest.fixture

@@ -12,16 +12,11 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from robustnlu.cli import REPO_ROOT
-from robustnlu.data.utterance import Utterance
 from robustnlu.errors import ConfigError, RobustNLUError
 from robustnlu.noise.base import TARGET_TOKENS
 from robustnlu.noise.morphology import AUX_FORMS, SKIP_WORDS, Morphology
-from tests.noise.strategies import assert_noise_properties, utterances
+from tests.noise.strategies import assert_noise_properties, utt, utterances
 
-
-def utt(text: str, tags: str | None = None, uid: str = "u1", intent: str = "x") -> Utterance:
-    tokens = tuple(text.split())
-    return Utterance(uid, tokens, tuple(tags.split()) if tags else ("O",) * len(tokens), intent)
 
 
 CORPUS = [

@@ -4,6 +4,8 @@ the unchanged cases, the utterance-level rate."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from pathlib import Path
 
 import pytest
@@ -13,15 +15,12 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from robustnlu.cli import REPO_ROOT
-from robustnlu.data.utterance import Utterance
 from robustnlu.errors import ConfigError, RobustNLUError
 from robustnlu.noise.paraphrase import Paraphrase, fill, split_template
-from tests.noise.strategies import assert_noise_properties, slot_values, utterances
+from tests.noise.strategies import assert_noise_properties, slot_values, utt, utterances
 
 
-def utt(text: str, tags: str | None = None, uid: str = "u1", intent: str = "book_flight") -> Utterance:
-    tokens = tuple(text.split())
-    return Utterance(uid, tokens, tuple(tags.split()) if tags else ("O",) * len(tokens), intent)
+utt = partial(utt, intent="book_flight")
 
 
 CORPUS = [

@@ -12,17 +12,12 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from robustnlu.cli import REPO_ROOT
-from robustnlu.data.utterance import Utterance
 from robustnlu.errors import ConfigError, DataError, RobustNLUError
 from robustnlu.noise.base import TARGET_TOKENS
 from robustnlu.noise.synonym import FUNCTION_WORDS, Synonym, inflect, inflection_tag
 from robustnlu.noise.wordnet import load_wordnet
-from tests.noise.strategies import assert_noise_properties, utterances
+from tests.noise.strategies import assert_noise_properties, utt, utterances
 
-
-def utt(text: str, tags: str | None = None, uid: str = "u1", intent: str = "x") -> Utterance:
-    tokens = tuple(text.split())
-    return Utterance(uid, tokens, tuple(tags.split()) if tags else ("O",) * len(tokens), intent)
 
 
 CORPUS = [
