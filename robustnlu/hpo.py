@@ -2,7 +2,7 @@
 hyper-parameter protocol for one scenario and method (section 5 "Hyperparameters", App. C):
 
 1. an Optuna study of ``hydra.sweeper.n_trials`` trials (8 in the paper) through Hydra's Optuna
-   sweeper: ``python -m robustnlu -m +hparams_search=<method> <overrides>`` (conf/hparams_search/);
+   sweeper: ``python -m robustnlu -m hparams_search=<method> <overrides>`` (conf/hparams_search/);
 2. the study is read back from its sqlite storage and the two best completed trials are taken
    (failed / pruned / running trials are ignored; a setting proposed twice counts once);
 3. both settings are retrained with a second seed, each as a plain multirun
@@ -83,13 +83,13 @@ def _key(override: str) -> str:
 
 
 def search_overrides(overrides: list[str]) -> list[str]:
-    """The Optuna multirun's overrides: ``method=<m>`` also selects ``+hparams_search=<m>``."""
+    """The Optuna multirun's overrides: ``method=<m>`` also selects ``hparams_search=<m>``."""
     if any(_key(o) == "hparams_search" for o in overrides):
         return list(overrides)
     methods = [o.split("=", 1)[1] for o in overrides if _key(o) == "method"]
     if len(methods) != 1 or "," in methods[0]:
-        raise SystemExit("error: give exactly one method=<name> (or +hparams_search=<name>)")
-    return [f"+hparams_search={methods[0]}", *overrides]
+        raise SystemExit("error: give exactly one method=<name> (or hparams_search=<name>)")
+    return [f"hparams_search={methods[0]}", *overrides]
 
 
 def retrain_overrides(overrides: list[str]) -> list[str]:
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     retrain_seed = args.retrain_seed if args.retrain_seed is not None else int(cfg.seed) + 1
     plain = retrain_overrides(args.overrides)
-    if not any(_key(o) == "method" for o in plain):  # +hparams_search=<m> alone picked the method
+    if not any(_key(o) == "method" for o in plain):  # hparams_search=<m> alone picked the method
         plain.append(f"method={cfg.hydra.runtime.choices.method}")
     for rank, setting in enumerate(chosen, 1):
         setting["retrain_dir"] = str(sweep_dir / "retrain" / f"top{rank}_seed{retrain_seed}")

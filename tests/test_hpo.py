@@ -39,7 +39,7 @@ def test_every_method_has_a_search_config():
 
 @pytest.mark.parametrize("method", METHODS)
 def test_search_config_composes_with_its_method_and_its_params_parse(method):
-    for overrides in ([f"+hparams_search={method}"], [f"+hparams_search={method}", f"method={method}"]):
+    for overrides in ([f"hparams_search={method}"], [f"hparams_search={method}", f"method={method}"]):
         cfg = compose_search(["+experiment=snips_slot_value", "drift.partial=true", *overrides])
         assert cfg.method.name == method
         sweeper = cfg.hydra.sweeper
@@ -59,7 +59,7 @@ def test_search_config_composes_with_its_method_and_its_params_parse(method):
 
 def test_method_specific_search_spaces_are_table_9():
     def space(method):
-        params = compose_search([f"+hparams_search={method}"]).hydra.sweeper.params
+        params = compose_search([f"hparams_search={method}"]).hydra.sweeper.params
         return create_params_from_overrides([f"{k}={v}" for k, v in params.items()])[0]
 
     assert space("erm") == LAMBDA_GAMMA
@@ -78,10 +78,10 @@ def test_method_specific_search_spaces_are_table_9():
 
 def test_driver_overrides():
     assert hpo.search_overrides(["+experiment=snips", "method=topk"]) == [
-        "+hparams_search=topk", "+experiment=snips", "method=topk"]
+        "hparams_search=topk", "+experiment=snips", "method=topk"]
     with pytest.raises(SystemExit):
         hpo.search_overrides(["+experiment=snips"])
-    assert hpo.retrain_overrides(["method=topk", "+hparams_search=topk", "seed=3", "paths.hpo_dir=x",
+    assert hpo.retrain_overrides(["method=topk", "hparams_search=topk", "seed=3", "paths.hpo_dir=x",
                                   "hydra.sweeper.n_trials=3", "hydra.sweep.dir=d", "validation=ood"]) == [
         "method=topk", "validation=ood"]
 
@@ -128,7 +128,7 @@ def test_optuna_sweep_of_3_trials_runs_through_hydra_and_writes_the_best_paramet
     fast = [o for o in FAST if not o.startswith(("optimizer.lr", "trainer.max_epochs"))]  # lr is searched
     scenario = [*jsonl_overrides(data), *fast, "trainer.max_epochs=1", f"paths.hpo_dir={tmp_path}/hpo"]
     sweep = tmp_path / "sweep"
-    proc = run_cli(["-m", "+hparams_search=topk", *scenario, "hydra.sweeper.n_trials=3",
+    proc = run_cli(["-m", "hparams_search=topk", *scenario, "hydra.sweeper.n_trials=3",
                     f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
