@@ -35,7 +35,7 @@ run: install
 NOISE_DIR ?= outputs/noise-study/$(RUN_STAMP)
 noise-study: install
 	$(PY) -m robustnlu -m augment=none,misspelling trainer.max_epochs=2 'suite=[noisy_nlu]' hydra.sweep.dir=$(NOISE_DIR)
-	$(PY) -m robustnlu.analysis.robustness $(NOISE_DIR)/0 $(NOISE_DIR)/1
+	$(PY) -m robustnlu.analysis.robustness $(NOISE_DIR)/0-* $(NOISE_DIR)/1-*
 
 # The default suite (fast); `make test-slow` adds the slow tests.
 test: install

@@ -3,7 +3,7 @@ runs side by side, each with its relative change to the first run (the baseline,
 the core paper's result tables report it (Tables 11-14: "%" columns = relative change to ERM).
 
 A directory is a run directory (it holds ``results.json``) or a sweep directory whose
-sub-directories are runs (Hydra multirun: ``<sweep>/<job number>/``, taken in job order).
+sub-directories are runs (Hydra multirun: ``<sweep>/<job number>-<scenario>-<method>-seed<seed>/``, taken in job order).
 """
 
 from __future__ import annotations
@@ -36,8 +36,15 @@ def run_dirs(paths: list[Path]) -> list[Path]:
         subdirs = [p for p in path.iterdir() if (p / "results.json").is_file()] if path.is_dir() else []
         if not subdirs:
             raise DataError(path, None, "neither a run directory (no results.json) nor a sweep of finished runs")
-        found += sorted(subdirs, key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, p.name))
+        found += sorted(subdirs, key=job_order)
     return found
+
+
+def job_order(path: Path) -> tuple[bool, int, str]:
+    """Sort key of a sweep's job directories (``<job number>`` or ``<job number>-<name>``):
+    numbered ones first, by number."""
+    number = path.name.split("-", 1)[0]
+    return (not number.isdigit(), int(number) if number.isdigit() else 0, path.name)
 
 
 def load_results(run_dir: Path) -> dict[str, Any]:
