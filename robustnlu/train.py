@@ -9,7 +9,8 @@ The run directory (Hydra's runtime output dir) holds:
 - with ``suite=[...]``: ``robustness.json`` / ``robustness.md``, the best checkpoint scored on
   noisy control / treatment pairs (`robustnlu.evaluate`), also under ``robustness`` in results.json;
 - ``status.json``: running / finished / failed (`write_status`);
-- ``config.yaml`` (resolved) and Hydra's ``.hydra/``; ``checkpoints/`` (best and last);
+- ``config.yaml`` (resolved) and Hydra's ``.hydra/``; ``checkpoints/`` (best, and last for
+  ``resume=true``: `robustnlu.resume`);
   ``csv/metrics.csv``; ``wandb/`` when ``logger=wandb``.
 """
 
@@ -25,6 +26,7 @@ from typing import Any, NamedTuple
 import pytorch_lightning as pl
 from hydra.utils import instantiate
 from lightning_fabric.utilities.rank_zero import rank_zero_only
+from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
@@ -38,6 +40,7 @@ from robustnlu.model.encoders import build_encoder, load_tokenizer
 from robustnlu.module import SLUModule
 from robustnlu.noise.augment import augment_corpus
 from robustnlu.predict import Predictor
+from robustnlu.resume import ResumePoint, resume_point, wandb_run_id
 from robustnlu.seqdrift.pipeline import make_drift_split
 from robustnlu.seqdrift.split import DriftSplit
 
@@ -49,10 +52,18 @@ def versions() -> dict[str, str]:
     return {"python": platform.python_version(), **{p: version(p) for p in PACKAGES}}
 
 
-def build_trainer(cfg: DictConfig) -> pl.Trainer:
+def build_trainer(cfg: DictConfig, wandb_id: str | None = None) -> pl.Trainer:
+    """The trainer with the configured callbacks and loggers; ``wandb_id``: log into that
+    W&B run (a resumed run continues its W&B run)."""
     callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]
-    loggers = [instantiate(c) for c in (cfg.logger or {}).values() if c is not None]
+    loggers = [instantiate(c, **({"id": wandb_id, "resume": "allow"} if wandb_id and "Wandb" in c._target_ else {}))
+               for c in (cfg.logger or {}).values() if c is not None]
     return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
+
+
+def best_checkpoint_callback(trainer: pl.Trainer) -> ModelCheckpoint | None:
+    """The callback that keeps the best checkpoint (``callbacks.model_checkpoint``)."""
+    return next((c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), None)
 
 
 def summary_table(metrics: dict[str, dict[str, float]]) -> str:
@@ -117,27 +128,35 @@ def write_status(out_dir: Path, state: str, **extra: Any) -> None:
 def run(cfg: DictConfig) -> dict[str, Any]:
     started = time.time()
     out_dir = Path(cfg.paths.output_dir)
+    resume = resume_point(out_dir, cfg.get("resume", False))
+    if resume.results is not None:
+        print(f"resume=true: the run in {out_dir} has finished; its stored results.json is the result")
+        return resume.results
     pl.seed_everything(cfg.seed, workers=True)
     parts = prepare(cfg)  # raises DataError before anything is written
-    write_status(out_dir, "running")
+    write_status(out_dir, "running", resumed_from=resume.record())
     try:
-        results = train_and_record(cfg, parts, out_dir, started)
+        results = train_and_record(cfg, parts, out_dir, started, resume)
     except BaseException as err:
         write_status(out_dir, "failed", error=f"{type(err).__name__}: {err}")
         raise
-    write_status(out_dir, "finished", wall_time_s=results["wall_time_s"])
+    write_status(out_dir, "finished", wall_time_s=results["wall_time_s"], resumed_from=resume.record())
     return results
 
 
-def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: float) -> dict[str, Any]:
-    """Fit, validate and test the best checkpoint, score the suites, write the run record."""
+def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: float,
+                     resume: ResumePoint = ResumePoint()) -> dict[str, Any]:
+    """Fit (from ``resume.checkpoint`` if there is one), validate and test the best
+    checkpoint, score the suites, write the run record."""
     corpus, drift_split, datamodule, module, augmentation = parts
     config = OmegaConf.to_container(cfg, resolve=True)
-    atomic_write_text(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    if rank_zero_only.rank == 0:
+        atomic_write_text(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
 
-    trainer = build_trainer(cfg)
-    trainer.fit(module, datamodule=datamodule)
-    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    trainer = build_trainer(cfg, wandb_run_id(out_dir) if resume.checkpoint else None)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume.checkpoint)
+    best_callback = best_checkpoint_callback(trainer)
+    best = best_callback.best_model_path if best_callback else ""
     ckpt = best or None  # without a checkpoint callback: evaluate the final weights
     trainer.validate(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
     trainer.test(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
@@ -154,7 +173,8 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         "augment": augmentation,
         "best_checkpoint": str(Path(best).relative_to(out_dir)) if best else None,
         "epochs_trained": trainer.current_epoch,
-        "wall_time_s": round(time.time() - started, 1),
+        "resumed_from": resume.record(),
+        "wall_time_s": round(time.time() - started, 1),  # of this session (since the resume)
         "versions": versions(),
         "config": config,
     }

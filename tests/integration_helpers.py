@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytorch_lightning as pl
 
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
@@ -71,3 +74,16 @@ def run_cli(args: list[str], cwd: Path, env: dict[str, str] | None = None, modul
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=600)
+
+
+class KillAtStep(pl.Callback):
+    """A hard kill for resume tests: SIGKILL to the own process once ``step`` optimiser steps
+    are done (no Python clean-up runs, as with the OOM killer or ``scancel --signal=KILL``).
+    Used from the CLI: ``+callbacks.kill._target_=integration_helpers.KillAtStep +callbacks.kill.step=N``."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -151,7 +151,9 @@ class EpochOrder(Sampler[int]):
 class ShuffledBatchSampler(Sampler[list[int]]):
     """Batches of `EpochOrder` (shuffled, or group-balanced with ``weights``), a new order
     every epoch, deterministic given ``seed`` and the epoch. Every iteration is the next epoch;
-    the epoch travels in checkpoints through `SLUDataModule.state_dict` (Lightning's
+    the position (epoch, batches of it already trained) travels in checkpoints through
+    `SLUDataModule.state_dict`, so a run resumed from a mid-epoch checkpoint gets exactly the
+    batches the uninterrupted run had left in that epoch (`resume_at`; Lightning's
     ``set_epoch`` reaches a loader's sampler, not a batch sampler, and on resuming from an
     end-of-epoch checkpoint it would name the finished epoch again).
 
@@ -175,14 +177,30 @@ class ShuffledBatchSampler(Sampler[list[int]]):
         self.batch_size = batch_size
         self.bucketed = bucketed
         self.pool_batches = pool_batches
+        self.skip = 0  # batches of the next epoch that were already trained (a mid-epoch resume)
+        self.iterated_epoch: int | None = None  # the epoch of the last iteration
 
-    def set_epoch(self, epoch: int) -> None:
+    def resume_at(self, epoch: int, batches_done: int = 0) -> None:
+        """The next iteration is epoch ``epoch`` without its first ``batches_done`` batches."""
         self.order.set_epoch(epoch)
+        self.skip = batches_done
+
+    def position(self, batches_done: int) -> tuple[int, int]:
+        """(epoch, batches done) where training continues once ``batches_done`` batches of the
+        epoch in progress are trained: the next epoch from its start once all are."""
+        if self.iterated_epoch is None:
+            return self.order.epoch, self.skip
+        if batches_done >= len(self):
+            return self.iterated_epoch + 1, 0
+        return self.iterated_epoch, batches_done
 
     def __len__(self) -> int:
+        """Batches in a whole epoch (also while the first epoch after a resume is shorter:
+        Lightning counts the restored batches in)."""
         return math.ceil(len(self.lengths) / self.batch_size)
 
     def __iter__(self) -> Iterator[list[int]]:
+        self.iterated_epoch, skip = self.order.epoch, self.skip
         rng = self.order.rng()
         order = self.order.draw(rng)
         if not self.bucketed:
@@ -195,8 +213,8 @@ class ShuffledBatchSampler(Sampler[list[int]]):
                 chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
                 batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
             batches = [batches[i] for i in rng.permutation(len(batches))]
-        self.order.epoch += 1  # the next epoch draws a new order even if nobody calls set_epoch
-        return iter([b.tolist() for b in batches])
+        self.order.epoch, self.skip = self.iterated_epoch + 1, 0  # the next iteration is the next epoch
+        return iter([b.tolist() for b in batches[skip:]])
 
 
 class SLUDataModule(pl.LightningDataModule):
@@ -231,16 +249,22 @@ class SLUDataModule(pl.LightningDataModule):
         self.datasets: dict[str, EncodedDataset] = {}
         self.train_sampler: ShuffledBatchSampler | None = None
         self.sample_weights: torch.Tensor | None = None
-        self.restored_epoch = 0
+        self.restored_position = (0, 0)  # (epoch, batches of it done) from a checkpoint
 
     def state_dict(self) -> dict[str, int]:
-        """The training sampler's next epoch, saved in checkpoints."""
-        return {"sampler_epoch": self.train_sampler.order.epoch if self.train_sampler else self.restored_epoch}
+        """Where training continues, saved in checkpoints: the training sampler's epoch and the
+        batches of it already trained (non-zero in a mid-epoch checkpoint)."""
+        epoch, done = self.restored_position
+        if self.train_sampler is not None:
+            trainer = self.trainer
+            progress = trainer.fit_loop.epoch_loop.batch_progress.current.processed if trainer is not None else 0
+            epoch, done = self.train_sampler.position(progress)
+        return {"sampler_epoch": epoch, "batches_done": done}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        self.restored_epoch = int(state.get("sampler_epoch", 0))
+        self.restored_position = (int(state.get("sampler_epoch", 0)), int(state.get("batches_done", 0)))
         if self.train_sampler is not None:
-            self.train_sampler.set_epoch(self.restored_epoch)
+            self.train_sampler.resume_at(*self.restored_position)
 
     def use_sample_weights(self, weights: torch.Tensor) -> None:
         """Draw training batches with probability ∝ ``weights`` (one per training example;
@@ -277,7 +301,7 @@ class SLUDataModule(pl.LightningDataModule):
             self.train_sampler = ShuffledBatchSampler(
                 ds.lengths(), self.batch_size, self.seed, self.length_bucketing, weights=weights
             )
-            self.train_sampler.set_epoch(self.restored_epoch)
+            self.train_sampler.resume_at(*self.restored_position)
         return self._loader("train", batch_sampler=self.train_sampler)
 
     def val_dataloader(self) -> DataLoader:

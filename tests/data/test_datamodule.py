@@ -62,8 +62,25 @@ def test_batches_are_a_seeded_partition_that_changes_per_epoch(bucketed):
     assert sorted(i for batch in epoch0 for i in batch) == list(range(203))
     assert len(epoch0) == len(a) == 13
     assert list(ShuffledBatchSampler(lengths, 16, seed=8, bucketed=bucketed)) != epoch0
-    a.set_epoch(0)
-    assert list(a) == epoch0  # set_epoch replays an epoch (resume)
+    a.resume_at(0)
+    assert list(a) == epoch0  # resume_at replays an epoch (resume)
+
+
+def test_a_mid_epoch_position_resumes_with_the_batches_the_epoch_had_left():
+    lengths = list(range(3, 103))  # 100 examples, 7 batches of 16
+    straight = ShuffledBatchSampler(lengths, 16, seed=3)
+    epochs = [list(straight) for _ in range(3)]
+    interrupted = ShuffledBatchSampler(lengths, 16, seed=3)
+    list(interrupted)
+    iter(interrupted)  # epoch 1 under way ...
+    assert interrupted.position(4) == (1, 4)  # ... 4 of its batches trained when the checkpoint is written
+    assert interrupted.position(7) == (2, 0)  # (an end-of-epoch checkpoint: the next epoch)
+    resumed = ShuffledBatchSampler(lengths, 16, seed=3)
+    resumed.resume_at(*interrupted.position(4))
+    assert resumed.position(0) == (1, 4)  # a checkpoint before the first iteration keeps the position
+    assert list(resumed) == epochs[1][4:]
+    assert len(resumed) == 7  # Lightning counts the restored batches in
+    assert resumed.position(5) == (1, 5) and list(resumed) == epochs[2]
 
 
 def test_length_bucketing_reduces_padding():

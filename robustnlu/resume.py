@@ -1,0 +1,106 @@
+"""Resuming a killed, timed-out or preempted run where it stopped (``resume=true``).
+
+`LastCheckpoint` writes ``<run dir>/checkpoints/last.ckpt`` at the end of every epoch and, in
+mid-epoch, every ``every_n_train_steps`` optimiser steps or ``every_minutes`` minutes. With
+Lightning's own state (weights, optimiser and scheduler, loop progress, the best checkpoint and
+early stopping) it holds what an exact continuation needs besides: the data position (epoch and
+batches of it already trained, `SLUDataModule.state_dict`), the torch RNG states and the
+objective's running state and own optimisers (`SLUModule.on_save_checkpoint`). A run resumed
+from it trains on the batches the uninterrupted run had left, with the same random draws, and
+ends with the same result (tests/test_resume.py kills a run with SIGKILL to check that).
+
+`resume_point` decides what a run with ``resume=true`` does in its run directory: return the
+stored result of a run that finished, continue from ``last.ckpt``, or start (nothing there yet).
+A Slurm job requeued after a timeout or preemption (``SLURM_RESTART_COUNT`` > 0) resumes
+without being asked: submitit requeues it with the same overrides and run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from pytorch_lightning.callbacks import Checkpoint
+
+LAST = Path("checkpoints") / "last.ckpt"
+
+
+class LastCheckpoint(Checkpoint):
+    """``last.ckpt`` for resuming: after each epoch's validation and mid-epoch when due.
+
+    A `Checkpoint` subclass, so Lightning calls it after the other callbacks (the best-model
+    checkpoint and early stopping have updated their state for the epoch when it is saved)."""
+
+    def __init__(self, dirpath: str, every_n_train_steps: int | None = None, every_minutes: float | None = 10.0):
+        if not every_n_train_steps and not every_minutes:
+            raise ValueError("LastCheckpoint needs every_n_train_steps or every_minutes (mid-epoch saves)")
+        self.path = Path(dirpath) / LAST.name
+        self.every_n_train_steps = every_n_train_steps
+        self.every_minutes = every_minutes
+        self.saved_at = time.monotonic()
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.saved_at = time.monotonic()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if batch_idx + 1 >= trainer.num_training_batches:
+            return  # the epoch's last batch: the end-of-epoch checkpoint follows its validation
+        due = bool(self.every_n_train_steps) and trainer.global_step % self.every_n_train_steps == 0
+        due = due or (bool(self.every_minutes) and time.monotonic() - self.saved_at >= 60 * self.every_minutes)
+        if trainer.strategy.broadcast(due):  # every process must take part in a save (rank 0's clock decides)
+            self.save(trainer)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self.save(trainer)
+
+    def save(self, trainer) -> None:
+        trainer.save_checkpoint(self.path)  # atomic (temporary file + rename): a kill leaves the previous one
+        self.saved_at = time.monotonic()
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """What a run finds in its run directory: ``results`` of a run that finished there, or the
+    ``checkpoint`` to continue from (with its global step and epoch), or neither."""
+
+    results: dict[str, Any] | None = None
+    checkpoint: Path | None = None
+    global_step: int = 0
+    epoch: int = 0
+
+    def record(self) -> dict[str, Any] | None:
+        """For results.json / status.json: where this run continued from."""
+        if self.checkpoint is None:
+            return None
+        return {"checkpoint": str(LAST), "global_step": self.global_step, "epoch": self.epoch}
+
+
+def requeued() -> bool:
+    """A Slurm job that was requeued (timeout, preemption, ``scontrol requeue``)."""
+    return int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0
+
+
+def resume_point(out_dir: Path, resume: bool) -> ResumePoint:
+    """Where a run in ``out_dir`` starts: from scratch unless ``resume`` (or a Slurm requeue)."""
+    if not (resume or requeued()):
+        return ResumePoint()
+    status, results = out_dir / "status.json", out_dir / "results.json"
+    if status.is_file() and results.is_file() and json.loads(status.read_text()).get("state") == "finished":
+        return ResumePoint(results=json.loads(results.read_text()))
+    last = out_dir / LAST
+    if not last.is_file():
+        return ResumePoint()
+    meta = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
+    return ResumePoint(checkpoint=last, global_step=int(meta["global_step"]), epoch=int(meta["epoch"]))
+
+
+def wandb_run_id(out_dir: Path) -> str | None:
+    """The id of the W&B run last logged in ``out_dir`` (``wandb/[offline-]run-<time>-<id>``),
+    so that a resumed run logs into the same W&B run."""
+    runs = sorted((out_dir / "wandb").glob("*run-*-*"), key=lambda p: p.name.split("run-")[-1])
+    return runs[-1].name.rsplit("-", 1)[-1] if runs else None

@@ -1,0 +1,101 @@
+"""A run killed with SIGKILL in mid-epoch and rerun with ``resume=true`` in its run directory
+ends with the same result as the uninterrupted run (issue 5 acceptance; robustnlu/resume.py).
+Everything runs through the CLI in subprocesses, the kill included."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+import torch
+
+from integration_helpers import FAST, REPO, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from robustnlu.resume import ResumePoint, resume_point
+
+STEPS_PER_EPOCH = 15  # 240 training utterances in batches of 16
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    return write_snips_sample_jsonl(tmp_path_factory.mktemp("data"))
+
+
+def train(sample, run_dir, *extra):
+    args = [*FAST, *jsonl_overrides(sample), "trainer.max_epochs=3", "callbacks.last_checkpoint.every_minutes=null",
+            "callbacks.last_checkpoint.every_n_train_steps=4", f"paths.cache_dir={run_dir.parent / 'cache'}",
+            f"hydra.run.dir={run_dir}", *extra]
+    return run_cli(args, cwd=run_dir.parent, env={"PYTHONPATH": str(REPO / "tests")})
+
+
+def read(run_dir, name):
+    path = run_dir / name
+    return json.loads(path.read_text()) if name.endswith(".json") else path.read_text()
+
+
+def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_result(sample, tmp_path):
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    done = train(sample, straight)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    kill_step = STEPS_PER_EPOCH + 7  # epoch 1, batch 7: two steps after the mid-epoch checkpoint at step 20
+    dead = train(sample, killed, "+callbacks.kill._target_=integration_helpers.KillAtStep",
+                 f"+callbacks.kill.step={kill_step}")
+    assert dead.returncode == -signal.SIGKILL
+    assert read(killed, "status.json")["state"] == "running" and not (killed / "results.json").exists()
+    ckpt = torch.load(killed / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
+    assert ckpt["global_step"] == 20 and ckpt["epoch"] == 1
+    assert ckpt["SLUDataModule"] == {"sampler_epoch": 1, "batches_done": 20 - STEPS_PER_EPOCH}
+
+    resumed = train(sample, killed, "resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = read(straight, "results.json"), read(killed, "results.json")
+    assert b["resumed_from"] == {"checkpoint": "checkpoints/last.ckpt", "global_step": 20, "epoch": 1}
+    assert a["resumed_from"] is None
+    assert b["epochs_trained"] == a["epochs_trained"] and b["best_checkpoint"] == a["best_checkpoint"]
+    for split in ("valid", "test"):
+        assert b["metrics"][split] == pytest.approx(a["metrics"][split], rel=1e-6, abs=1e-9), split
+        assert read(killed, f"predictions/{split}.jsonl") == read(straight, f"predictions/{split}.jsonl")
+    assert read(killed, "status.json")["resumed_from"]["global_step"] == 20
+    assert read(killed, "status.json")["state"] == "finished"
+    final_a = torch.load(straight / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
+    final_b = torch.load(killed / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
+    assert final_b["global_step"] == final_a["global_step"] == 3 * STEPS_PER_EPOCH
+    for key, value in final_a["state_dict"].items():
+        torch.testing.assert_close(final_b["state_dict"][key], value, rtol=1e-5, atol=1e-6, msg=key)
+
+    # once finished, resume=true returns the stored result without training again
+    before = (killed / "results.json").stat().st_mtime_ns
+    again = train(sample, killed, "resume=true")
+    assert again.returncode == 0 and "has finished" in again.stdout
+    assert (killed / "results.json").stat().st_mtime_ns == before
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    torch.save({"global_step": 7, "epoch": 0, "state_dict": {}}, tmp_path / "checkpoints" / "last.ckpt")
+    return tmp_path
+
+
+def test_without_resume_a_run_starts_from_scratch_even_where_a_checkpoint_is(run_dir, monkeypatch):
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    assert resume_point(run_dir, resume=False) == ResumePoint()
+    assert resume_point(run_dir, resume=True) == ResumePoint(checkpoint=run_dir / "checkpoints" / "last.ckpt",
+                                                            global_step=7, epoch=0)
+    assert resume_point(run_dir / "elsewhere", resume=True) == ResumePoint()  # nothing there yet: start
+
+
+def test_a_requeued_slurm_job_resumes_without_being_asked(run_dir, monkeypatch):
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert resume_point(run_dir, resume=False).global_step == 7
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")  # the first start of a job
+    assert resume_point(run_dir, resume=False).checkpoint is None
+
+
+def test_a_finished_run_is_not_resumed_but_an_unfinished_one_is(run_dir):
+    (run_dir / "results.json").write_text(json.dumps({"metrics": {}}))
+    (run_dir / "status.json").write_text(json.dumps({"state": "running"}))  # killed while writing its results
+    assert resume_point(run_dir, resume=True).global_step == 7
+    (run_dir / "status.json").write_text(json.dumps({"state": "finished"}))
+    assert resume_point(run_dir, resume=True) == ResumePoint(results={"metrics": {}})
