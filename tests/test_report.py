@@ -4,7 +4,9 @@ sub-folders, plus a failed run."""
 
 from __future__ import annotations
 
+import base64
 import csv
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -17,7 +19,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from integration_helpers import (  # noqa: E402
-    FAST, SMALL_DRIFT, compose_config, jsonl_overrides, write_snips_sample_jsonl)
+    FAST, SMALL_DRIFT, compose_config, jsonl_overrides, run_cli, write_snips_sample_jsonl)
 from robustnlu.analysis import study as st  # noqa: E402
 from robustnlu.analysis.significance import (  # noqa: E402
     SignificanceResult,
@@ -27,6 +29,7 @@ from robustnlu.analysis.significance import (  # noqa: E402
 )
 from robustnlu.report import main  # noqa: E402
 from robustnlu.train import run  # noqa: E402
+from test_cli import read_wandb_records  # noqa: E402
 
 VALIDATIONS = ("iid", "ood")
 METHODS = ("erm", "topk")
@@ -174,6 +177,63 @@ def test_a_directory_without_runs_is_an_error_and_nothing_is_written(sweep, tmp_
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(empty) in err
     assert not out.exists()
+
+
+def _wandb_env(tmp_path):
+    """W&B's own folders (artifact staging, cache, settings) inside the test's tmp dir."""
+    return {f"WANDB_{k}_DIR": str(tmp_path / "wandb-home" / k.lower()) for k in ("DATA", "CACHE", "CONFIG")}
+
+
+def test_report_is_logged_as_an_offline_wandb_artifact(sweep, tmp_path):
+    """~15 s: the real CLI with --wandb (offline by default), the run file read back with
+    `wandb leet inspect`: a run of job type report, the report files as one artifact of type
+    report (not the W&B folder inside --out), the CSV tables as W&B tables."""
+    out = tmp_path / "report"
+    proc = run_cli([str(sweep), "--out", str(out), "--rounds", str(ROUNDS), "--seed", str(SEED), "--wandb"],
+                   cwd=tmp_path, module="robustnlu.report", env=_wandb_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == sorted([*st.FILES, "wandb"])
+    (run_dir,) = (out / "wandb").glob("offline-run-*")
+    assert f"wandb sync {run_dir}" in proc.stdout
+    (run_file,) = run_dir.glob("*.wandb")
+    records = read_wandb_records(run_file)
+    run_record = next(r["run"] for r in records if "run" in r)
+    assert run_record["job_type"] == "report" and run_record["project"] == "robustnlu"
+    assert run_record["config"]["update"]["rounds"] == ROUNDS
+    artifacts = {r["artifact"]["name"]: r["artifact"] for r in records if "artifact" in r}
+    report_artifact = artifacts["study-report"]
+    assert report_artifact["type"] == "report"
+    manifest = {e["path"]: e for e in report_artifact["manifest"]["contents"]}
+    assert sorted(manifest) == sorted(st.FILES)  # the report files, flat; nothing from wandb/
+    for name, entry in manifest.items():
+        data = (out / name).read_bytes()
+        assert int(entry["size"]) == len(data)
+        assert entry["digest"] == base64.b64encode(hashlib.md5(data).digest()).decode()
+    history = {}
+    for r in records:
+        history.update(r.get("history", {}).get("item", {}))
+    for name in ("table10_metrics", "relative_change", "significance_counts"):
+        assert history[f"{name}._type"] == "table-file"
+        assert history[f"{name}.nrows"] == len(read_csv(out / f"{name}.csv"))
+        table = json.loads((run_dir / "files" / history[f"{name}.path"]).read_text())
+        assert table["columns"] == list(read_csv(out / f"{name}.csv")[0])
+    assert history["table10_metrics.nrows"] == len(VALIDATIONS) * len(METHODS)
+    summary = {}
+    for r in records:
+        summary.update(r.get("summary", {}).get("update", {}))
+    assert summary["n_runs"] == 8 and summary["n_incomplete"] == 1
+
+
+def test_report_online_without_login_is_a_one_line_error_after_the_report(sweep, tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    out = tmp_path / "report"
+    env = {**_wandb_env(tmp_path), "NETRC": str(tmp_path / "no-netrc")}
+    proc = run_cli([str(sweep / "iid"), "--out", str(out), "--rounds", "10", "--wandb", "--wandb-mode", "online"],
+                   cwd=tmp_path, module="robustnlu.report", env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: W&B: ") and "wandb login" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert (out / "report.md").is_file()
 
 
 # ------------------------------------------------------------------ rules, without training

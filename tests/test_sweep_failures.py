@@ -1,0 +1,69 @@
+"""A user error (bad input) in one job of a multirun fails that job only: the job prints its
+one-line error and leaves no run directory, the sweep's other jobs run and write their results
+(`robustnlu.cli.run_or_exit`, `JobFailed`). The basic sweeper ends with Hydra's one-line
+summary of the failed job and exit status 1; the Optuna sweeper records the trial as FAIL and
+finishes the study."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from integration_helpers import FAST, run_cli, write_snips_sample_jsonl
+
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+
+
+@pytest.fixture
+def data(tmp_path):
+    """A good jsonl sample and ``bad.jsonl``: its train split with a malformed line 5."""
+    paths = write_snips_sample_jsonl(tmp_path / "data", n_train=48, n_eval=16)
+    lines = paths["train"].read_text().splitlines()
+    lines.insert(4, '{"tokens": ["play"')  # line 5: not JSON
+    paths["bad"] = tmp_path / "data" / "bad.jsonl"
+    paths["bad"].write_text("\n".join(lines) + "\n")
+    return paths
+
+
+def _common(data):
+    return [*FAST, "trainer.max_epochs=1", "dataset=jsonl", f"dataset.valid={data['valid']}",
+            f"dataset.test={data['test']}"]
+
+
+def test_a_user_error_fails_its_job_only_and_the_sweep_exits_non_zero(data, tmp_path):
+    """~15 s: 2 jobs, the first with a malformed train file."""
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["-m", *_common(data), f"dataset.train={data['bad']},{data['train']}",
+                    f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=job${hydra.job.num}"], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert (sweep / "job1" / "results.json").is_file()  # the job after the failed one ran
+    assert sorted(p.name for p in sweep.iterdir()) == ["job1", "multirun.yaml"]  # job0 discarded
+    error = f"error: {data['bad']}:5: invalid JSON"
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert sum(ln.startswith(error) for ln in lines) == 2  # when job 0 failed, and in the summary
+    # Hydra's summary at the end: the failed job's overrides, then its one-line error; no traceback
+    summary = lines.index(next(ln for ln in lines if ln.startswith("Error executing job with overrides:")))
+    assert f"dataset.train={data['bad']}" in lines[summary] and lines[summary + 1].startswith(error)
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_optuna_trial_with_a_user_error_is_failed_and_the_study_goes_on(data, tmp_path):
+    """~15 s: 3 trials of hparams_search=erm that also search the train file (good or bad)."""
+    sweep = tmp_path / "sweep"
+    fast = [o for o in _common(data) if not o.startswith("optimizer.lr")]  # lr is searched
+    proc = run_cli(["-m", "hparams_search=erm", *fast, f"dataset.train=choice({data['bad']},{data['train']})",
+                    "hydra.sweeper.n_trials=3", f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={sweep}"],
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    study = optuna.load_study(study_name="jsonl-none-partial_none-iid-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
+    assert len(study.trials) == 3
+    bad = {t.number for t in study.trials if t.params["dataset.train"] == str(data["bad"])}
+    assert bad and len(bad) < 3  # the sampler's seed (42) proposes both files
+    for trial in study.trials:
+        failed = trial.number in bad
+        assert trial.state == (TrialState.FAIL if failed else TrialState.COMPLETE)
+        assert (sweep / str(trial.number) / "results.json").is_file() != failed
+        assert (sweep / str(trial.number)).exists() != failed  # the failed trial left no run dir
+    assert f"Failed experiment: error: {data['bad']}:5: invalid JSON" in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
