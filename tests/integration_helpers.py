@@ -87,3 +87,21 @@ class KillAtStep(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step == self.step:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class SignalAtStep(pl.Callback):
+    """What Slurm does at a job's time limit or on preemption, for requeue tests: ``signame``
+    (default SIGUSR2, the one submitit's handler answers) to the own process once ``step``
+    optimiser steps are done, in the job's first start only (``SLURM_RESTART_COUNT`` unset or 0),
+    so that the requeued job runs to the end. ``step=None``: never. Used from the CLI:
+    ``+callbacks.signal._target_=integration_helpers.SignalAtStep +callbacks.signal.step=N``."""
+
+    def __init__(self, step: int | None, signame: str = "SIGUSR2"):
+        self.step = step
+        self.signum = getattr(signal, signame)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        first_start = int(os.environ.get("SLURM_RESTART_COUNT") or 0) == 0
+        if self.step is not None and trainer.global_step == self.step and first_start:
+            # the Python handler (submitit's) runs as soon as os.kill returns, before training goes on
+            os.kill(os.getpid(), self.signum)

@@ -1,6 +1,7 @@
 """Hydra launchers end to end: a 2-job sweep through a real single-node Slurm
 (`hydra/launcher=slurm`, started by tests/slurm/start_slurm.sh) and through parallel local
-processes (`hydra/launcher=local`), each finding both runs' results.json.
+processes (`hydra/launcher=local`), each finding both runs' results.json; and a Slurm job
+signalled in mid-epoch as at a time limit, requeued by submitit and resumed from last.ckpt.
 
 The Slurm test needs root (it installs slurm-wlm/munge with apt-get if missing and starts the
 daemons); it skips, with the reason, where that is impossible, unless ROBUSTNLU_REQUIRE_SLURM=1
@@ -15,12 +16,13 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from integration_helpers import FAST, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from integration_helpers import FAST, REPO, jsonl_overrides, run_cli, write_snips_sample_jsonl
 
 START_SCRIPT = Path(__file__).with_name("start_slurm.sh")
 TINY_SWEEP = [*FAST, "trainer.max_epochs=1", "seed=1,2"]
@@ -106,6 +108,104 @@ def test_slurm_launcher_runs_a_two_job_sweep_as_slurm_jobs(slurm, tmp_path):
         if info:  # absent when a cluster purges finished jobs sooner
             assert info["JobState"] == "COMPLETED", (job_id, info)
             print(f"  job {job_id}: {info['StartTime']} -> {info['EndTime']} on {info.get('NodeList')}")
+
+
+STEPS_PER_EPOCH = 8  # 120 training utterances in batches of 16
+
+
+def _array_task_id(sweep_dir: Path, task: int) -> str | None:
+    """The Slurm id (<array job>_<task>) of a sweep's job, from submitit's folder, once submitted."""
+    found = sorted((sweep_dir / ".submitit").glob(f"*_{task}")) if (sweep_dir / ".submitit").is_dir() else []
+    return found[0].name if found else None
+
+
+def _wait_until_ended(job_id: str) -> dict[str, str]:
+    info = _scontrol_job(job_id)
+    for _ in range(60):
+        if info.get("JobState") not in ("RUNNING", "COMPLETING"):
+            break
+        time.sleep(1)
+        info = _scontrol_job(job_id)
+    return info
+
+
+@pytest.mark.slurm
+def test_a_slurm_job_signalled_mid_epoch_is_requeued_and_resumes_to_the_uninterrupted_result(slurm, tmp_path):
+    """Job 0 of a 2-job sweep gets SIGUSR2 (what Slurm sends `signal_delay_s` before the time
+    limit, or on preemption) two steps after a mid-epoch last.ckpt; submitit requeues it
+    (`scontrol requeue`); the requeued job (SLURM_RESTART_COUNT=1) resumes from last.ckpt without
+    resume=true and ends where job 1, the same run left alone, ends. The driver waits throughout
+    and returns both results. ~45 s (the requeued job is let go at once, see below).
+    Without that release it also passes, in ~3 minutes."""
+    sample = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=30)
+    sweep_dir = tmp_path / "multirun"
+    signal_step = STEPS_PER_EPOCH + 6  # epoch 1, batch 6: two steps after the checkpoint at step 12
+    args = [
+        "-m", *FAST, "trainer.max_epochs=2", "seed=1", *jsonl_overrides(sample),
+        "callbacks.last_checkpoint.every_minutes=null", "callbacks.last_checkpoint.every_n_train_steps=4",
+        "+callbacks.signal._target_=integration_helpers.SignalAtStep",
+        f"+callbacks.signal.step={signal_step},null",  # job 0: signalled; job 1: never
+        "hydra/launcher=slurm", "hydra.launcher.mem_gb=2", "hydra.launcher.cpus_per_task=1",
+        # submitit calls a signal a time-out (not a preemption) once the job has run
+        # min(0.8 x limit, limit - 10 min): under a 10-minute limit always. So this requeue
+        # counts against max_num_timeout (conf: 3); with 0 the job would fail instead.
+        "hydra.launcher.timeout_min=9",
+        f"hydra.sweep.dir={sweep_dir}",
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO / "tests")}
+    log_path = tmp_path / "driver.log"
+    started = time.time()
+    with log_path.open("w") as driver_log:
+        driver = subprocess.Popen([sys.executable, "-m", "robustnlu", *args], cwd=tmp_path, env=env,
+                                  stdout=driver_log, stderr=subprocess.STDOUT)
+    job0, states, released = None, [], False
+    try:
+        while driver.poll() is None and time.time() - started < 480:
+            time.sleep(0.5)
+            job0 = job0 or _array_task_id(sweep_dir, 0)
+            if job0 is None:
+                continue
+            info = _scontrol_job(job0)
+            state = (info.get("JobState"), info.get("Reason"), info.get("Restarts"))
+            if not states or states[-1][1:] != state:
+                states.append((round(time.time() - started, 1), *state))
+            # Slurm holds a requeued job (PENDING, reason BeginTime) for 121 s: let it go now
+            # (not checked: the job may have started in between)
+            if info.get("JobState") == "PENDING" and info.get("Reason") == "BeginTime":
+                subprocess.run(["scontrol", "update", f"JobId={job0}", "StartTime=now"], capture_output=True)
+                released = True
+    finally:
+        if driver.poll() is None:  # timed out: stop the driver and its jobs
+            driver.kill()
+            if job0:
+                subprocess.run(["scancel", job0.split("_")[0]])
+    elapsed = time.time() - started
+    print(f"Slurm requeue sweep: {elapsed:.0f} s (driver wall time); job {job0} (t, state, reason, restarts):"
+          f" {states}; released from BeginTime: {released}")
+    out = log_path.read_text()
+    assert driver.returncode == 0, (states, out[-5000:])
+
+    # submitit's log of job 0 (Slurm appends the requeued job's output to the same files)
+    log = (sweep_dir / ".submitit" / job0 / f"{job0}_0_log.out").read_text()
+    assert "Caught signal SIGUSR2" in log and "this job is timed-out" in log, log[-3000:]
+    assert f"Requeued job {job0} (2 remaining timeouts)" in log, log[-3000:]
+    assert log.count(f"Starting with JobEnvironment(job_id={job0}") == 2
+    info = _wait_until_ended(job0)
+    if info:  # absent when a cluster purges finished jobs sooner
+        assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", info
+
+    runs = {int(path.parent.name.split("-")[0]): path.parent for path in sweep_dir.glob("*/results.json")}
+    assert sorted(runs) == [0, 1], out[-3000:]
+    resumed, straight = (json.loads((runs[n] / "results.json").read_text()) for n in (0, 1))
+    assert resumed["resumed_from"] == {"checkpoint": "checkpoints/last.ckpt", "global_step": 12, "epoch": 1}
+    assert straight["resumed_from"] is None
+    assert json.loads((runs[0] / "status.json").read_text())["state"] == "finished"
+    assert resumed["epochs_trained"] == straight["epochs_trained"] == 2
+    assert resumed["best_checkpoint"] == straight["best_checkpoint"]
+    for split in ("valid", "test"):
+        assert resumed["metrics"][split] == pytest.approx(straight["metrics"][split], rel=1e-6, abs=1e-9), split
+        assert (runs[0] / "predictions" / f"{split}.jsonl").read_text() == \
+            (runs[1] / "predictions" / f"{split}.jsonl").read_text()
 
 
 def test_local_launcher_runs_a_two_job_sweep_in_parallel(tmp_path):
