@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytorch_lightning as pl
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning_fabric.utilities.rank_zero import rank_zero_only
 from pytorch_lightning.callbacks import ModelCheckpoint
@@ -34,6 +36,7 @@ from robustnlu.cli import repo_root
 from robustnlu.data.datamodule import SLUDataModule
 from robustnlu.data.utterance import Corpus
 from robustnlu.data.readers import load_corpus
+from robustnlu.distributed import check_launch
 from robustnlu.evaluate import evaluate_suites, write_robustness
 from robustnlu.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from robustnlu.model.encoders import build_encoder, load_tokenizer
@@ -116,8 +119,9 @@ def log_summary(trainer: pl.Trainer, results: dict[str, Any]) -> None:
 
 
 def write_status(out_dir: Path, state: str, **extra: Any) -> None:
-    """``status.json``: ``running`` once the input is valid, then ``finished`` or ``failed`` (with
-    the error), so a report finds failed and unfinished runs (a hard-killed job stays
+    """``status.json``: ``running`` once the input is valid, then ``finished``, ``failed`` (with
+    the error) or ``interrupted`` (a signal ended it, e.g. a Slurm requeue: ``resume=true``
+    continues it), so a report finds failed and unfinished runs (a hard-killed job stays
     ``running``) from the run directories alone. Written by the rank-0 process only."""
     if rank_zero_only.rank == 0:
         atomic_write_json(out_dir / "status.json", {
@@ -128,6 +132,9 @@ def write_status(out_dir: Path, state: str, **extra: Any) -> None:
 def run(cfg: DictConfig) -> dict[str, Any]:
     started = time.time()
     out_dir = Path(cfg.paths.output_dir)
+    if HydraConfig.initialized():  # from the command line (not when a test composes the config)
+        hydra = HydraConfig.get()
+        check_launch(cfg.trainer, hydra.mode == RunMode.MULTIRUN, hydra.launcher)
     resume = resume_point(out_dir, cfg.get("resume", False))
     if resume.results is not None:
         print(f"resume=true: the run in {out_dir} has finished; its stored results.json is the result")
@@ -137,8 +144,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     write_status(out_dir, "running", resumed_from=resume.record())
     try:
         results = train_and_record(cfg, parts, out_dir, started, resume)
-    except BaseException as err:
-        write_status(out_dir, "failed", error=f"{type(err).__name__}: {err}")
+    except BaseException as err:  # SystemExit / KeyboardInterrupt: a signal (a Slurm requeue, Ctrl-C)
+        state = "interrupted" if isinstance(err, (SystemExit, KeyboardInterrupt)) else "failed"
+        write_status(out_dir, state, error=f"{type(err).__name__}: {err}")
         raise
     write_status(out_dir, "finished", wall_time_s=results["wall_time_s"], resumed_from=resume.record())
     return results

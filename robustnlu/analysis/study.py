@@ -7,7 +7,7 @@ finished run (a directory holding ``results.json``); the paper averages four mod
 scenario (two hyperparameter settings × two seeds).
 
 - `discover`: run directories found recursively under the given directories, plus the runs that
-  did not finish (``status.json`` says failed or running, or there is no ``results.json``).
+  did not finish (``status.json`` says failed, interrupted or running, or there is no ``results.json``).
 - `scenario_stats`: per scenario and method, mean / sample std / n over the models of the test
   intent accuracy, slot F1, COMBINED, SEMER, MA INT. COMBINED, worst-cluster COMBINED (when the
   runs have one) and the valid → test drop of COMBINED (Table 10), all in %.

@@ -88,6 +88,8 @@ class Collator:
     def __init__(self, pad_token_id: int, pad_to: int | None = None):
         self.pad_token_id = pad_token_id
         self.pad_to = pad_to
+        #: the value padding fills in each batch tensor (0 where not listed)
+        self.pad_values = {"input_ids": pad_token_id, "slot_labels": -100}
 
     def __call__(self, items: Sequence[tuple[int, EncodedUtterance]]) -> dict[str, torch.Tensor]:
         b = len(items)
@@ -95,11 +97,11 @@ class Collator:
         if self.pad_to is not None:
             seq_len = max(seq_len, self.pad_to)
         n_words = max(1, max(len(e.word_index) for _, e in items))
-        input_ids = torch.full((b, seq_len), self.pad_token_id, dtype=torch.long)
+        input_ids = torch.full((b, seq_len), self.pad_values["input_ids"], dtype=torch.long)
         attention_mask = torch.zeros((b, seq_len), dtype=torch.long)
         word_index = torch.zeros((b, n_words), dtype=torch.long)
         word_mask = torch.zeros((b, n_words), dtype=torch.bool)
-        slot_labels = torch.full((b, n_words), -100, dtype=torch.long)
+        slot_labels = torch.full((b, n_words), self.pad_values["slot_labels"], dtype=torch.long)
         for row, (_, e) in enumerate(items):
             n, w = len(e.input_ids), len(e.word_index)
             input_ids[row, :n] = torch.tensor(e.input_ids)
@@ -161,6 +163,11 @@ class ShuffledBatchSampler(Sampler[list[int]]):
     ``pool_batches × batch_size`` examples, sort each pool by length, cut it into batches and
     shuffle the batches, so a batch holds examples of similar length (less padding) while the
     order stays random.
+
+    With ``num_replicas`` = N > 1 (DDP, `robustnlu.distributed`): the batches above are global
+    batches of N × ``batch_size`` examples, the same on every process, and process ``rank``
+    gets the ``rank``-th of N contiguous parts of each (sizes differ by at most one); a final
+    global batch smaller than N is dropped, so every process has the same number of batches.
     """
 
     def __init__(
@@ -171,10 +178,14 @@ class ShuffledBatchSampler(Sampler[list[int]]):
         bucketed: bool = False,
         pool_batches: int = 50,
         weights: Sequence[float] | None = None,
+        num_replicas: int = 1,
+        rank: int = 0,
     ):
         self.lengths = np.asarray(lengths)
         self.order = EpochOrder(len(self.lengths), seed, weights)
-        self.batch_size = batch_size
+        self.batch_size = batch_size * num_replicas  # of a global batch
+        self.num_replicas = num_replicas
+        self.rank = rank
         self.bucketed = bucketed
         self.pool_batches = pool_batches
         self.skip = 0  # batches of the next epoch that were already trained (a mid-epoch resume)
@@ -197,7 +208,8 @@ class ShuffledBatchSampler(Sampler[list[int]]):
     def __len__(self) -> int:
         """Batches in a whole epoch (also while the first epoch after a resume is shorter:
         Lightning counts the restored batches in)."""
-        return math.ceil(len(self.lengths) / self.batch_size)
+        n = len(self.lengths)
+        return n // self.batch_size + (0 < n % self.batch_size >= self.num_replicas)
 
     def __iter__(self) -> Iterator[list[int]]:
         self.iterated_epoch, skip = self.order.epoch, self.skip
@@ -214,6 +226,8 @@ class ShuffledBatchSampler(Sampler[list[int]]):
                 batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
             batches = [batches[i] for i in rng.permutation(len(batches))]
         self.order.epoch, self.skip = self.iterated_epoch + 1, 0  # the next iteration is the next epoch
+        if self.num_replicas > 1:
+            batches = [np.array_split(b, self.num_replicas)[self.rank] for b in batches if len(b) >= self.num_replicas]
         return iter([b.tolist() for b in batches[skip:]])
 
 
@@ -298,8 +312,10 @@ class SLUDataModule(pl.LightningDataModule):
         ds = self.datasets["train"]
         if self.train_sampler is None:
             weights = None if self.sample_weights is None else self.sample_weights.tolist()
+            trainer = self.trainer  # under DDP each process takes its part of every global batch
             self.train_sampler = ShuffledBatchSampler(
-                ds.lengths(), self.batch_size, self.seed, self.length_bucketing, weights=weights
+                ds.lengths(), self.batch_size, self.seed, self.length_bucketing, weights=weights,
+                num_replicas=trainer.world_size if trainer else 1, rank=trainer.global_rank if trainer else 0,
             )
             self.train_sampler.resume_at(*self.restored_position)
         return self._loader("train", batch_sampler=self.train_sampler)

@@ -63,6 +63,8 @@ def tiny_bert_config(cfg: Mapping[str, Any], vocab_size: int) -> BertConfig:
         num_attention_heads=int(cfg["num_heads"]),
         intermediate_size=int(cfg["intermediate_size"]),
         max_position_embeddings=int(cfg["max_position_embeddings"]),
+        hidden_dropout_prob=float(cfg.get("dropout", 0.1)),
+        attention_probs_dropout_prob=float(cfg.get("dropout", 0.1)),
     )
 
 

@@ -1,0 +1,126 @@
+"""Multi-device training (``trainer=ddp``, Lightning DDP) with single-device semantics.
+
+With N processes, ``data.batch_size`` is per device and a step trains on one *global* batch of
+N × batch_size utterances, cut into N contiguous parts (`SLUDataModule` shards the batches).
+Before the objective, `gather_task_losses` concatenates every process's per-example losses,
+encodings and batch tensors (in rank order: the global batch as one device would have
+collated it), so every robust objective sees the whole global batch: top-k, CVaR and
+group losses are over the global batch, not per device, and every process updates the
+objective's running state (Group-DRO weights, averages, windows) identically. The gather is
+differentiable: each process back-propagates the global loss into its own part and DDP's
+gradient averaging then yields exactly the single-device gradient of that global batch.
+Validation and test run on every process over the whole split (no distributed sampler), so
+the metrics are the single-device ones without any gathering.
+
+Lightning starts the extra processes of a plain ``python -m robustnlu`` by re-executing its
+command line; under ``-m`` each would run the whole sweep (and Optuna would sample other
+trials), so `check_launch` refuses multirun + several devices unless the launcher is Slurm with
+one task per device (then Slurm starts the processes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from robustnlu.errors import ConfigError
+from robustnlu.model.jointbert import TaskLosses
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+class GatherParts(torch.autograd.Function):
+    """All-gather with a backward pass: ``[world, *shape]``; each process receives the
+    gradient of its own part summed over the processes."""
+
+    @staticmethod
+    def forward(ctx, part: Tensor) -> Tensor:
+        parts = [torch.empty_like(part) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, part.contiguous())
+        return torch.stack(parts)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        grad = grad.contiguous()
+        dist.all_reduce(grad)
+        return grad[dist.get_rank()]
+
+
+def gather_padded(tensors: list[Tensor], pad_values: list[float]) -> list[Tensor]:
+    """Each tensor concatenated over processes along dim 0 in rank order; the other dims padded
+    to their largest size over processes with its pad value. Differentiable in float tensors
+    that require grad (each process receives the gradient of its own part summed over
+    processes)."""
+    world = dist.get_world_size()
+    ndim = max(t.dim() for t in tensors)
+    shapes = torch.tensor([list(t.shape) + [0] * (ndim - t.dim()) for t in tensors], dtype=torch.long,
+                          device=tensors[0].device)
+    all_shapes = [torch.empty_like(shapes) for _ in range(world)]
+    dist.all_gather(all_shapes, shapes)  # one collective for the shapes of every tensor
+    gathered = []
+    for i, (t, pad) in enumerate(zip(tensors, pad_values, strict=True)):
+        sizes = [s[i, : t.dim()].tolist() for s in all_shapes]
+        target = [max(dim) for dim in zip(*sizes)]
+        buffer = t.new_full(target, pad, dtype=torch.uint8 if t.dtype == torch.bool else t.dtype)
+        buffer[tuple(slice(0, n) for n in t.shape)] = t  # copy_ keeps the autograd graph
+        if t.requires_grad:
+            parts = list(GatherParts.apply(buffer))
+        else:
+            parts = [torch.empty_like(buffer) for _ in range(world)]
+            dist.all_gather(parts, buffer)
+        joined = torch.cat([p[: sizes[r][0]] for r, p in enumerate(parts)])
+        gathered.append(joined.bool() if t.dtype == torch.bool else joined)
+    return gathered
+
+
+def gather_task_losses(losses: TaskLosses, pad_values: Mapping[str, float]) -> TaskLosses:
+    """The global batch's `TaskLosses` from every process's part (identity on one process);
+    ``pad_values``: the collator's padding value of each batch tensor (default 0)."""
+    if world_size() == 1:
+        return losses
+    keys = [k for k, v in losses.inputs.items() if isinstance(v, Tensor)]
+    tensors = [losses.slot, losses.intent, losses.x_enc, *(losses.inputs[k] for k in keys)]
+    gathered = gather_padded(tensors, [0.0, 0.0, 0.0, *(pad_values.get(k, 0) for k in keys)])
+    inputs = {**losses.inputs, **dict(zip(keys, gathered[3:], strict=True))}
+    return replace(losses, slot=gathered[0], intent=gathered[1], x_enc=gathered[2], inputs=inputs)
+
+
+def processes_per_node(devices: Any) -> int:
+    """How many processes ``trainer.devices`` starts on a node: an int (-1: every GPU), a list
+    of device ids, or a string ("auto", "2", "0,1")."""
+    if isinstance(devices, str):
+        if devices.strip() in ("auto", "-1"):
+            return torch.cuda.device_count() or 1
+        return len([d for d in devices.split(",") if d.strip()]) if "," in devices else int(devices)
+    if isinstance(devices, int):
+        return (torch.cuda.device_count() or 1) if devices == -1 else devices
+    return len(devices)
+
+
+def check_launch(trainer_cfg: Mapping[str, Any], multirun: bool, launcher: Mapping[str, Any] | None) -> None:
+    """Refuse several devices per run under ``-m`` unless Slurm starts one task per device."""
+    devices = processes_per_node(trainer_cfg.get("devices", 1))
+    if not multirun or devices == 1:
+        return
+    target = str((launcher or {}).get("_target_", ""))
+    if not target.endswith("SlurmLauncher"):
+        raise ConfigError(
+            f"trainer.devices={trainer_cfg.get('devices')} ({devices} processes per run) cannot run under -m "
+            f"with {target.rsplit('.', 1)[-1] or 'this launcher'}: Lightning starts the extra processes by "
+            "re-executing the command line, so each would run the whole sweep. Use hydra/launcher=slurm with "
+            f"hydra.launcher.tasks_per_node={devices}, or run the settings one by one without -m"
+        )
+    tasks = (launcher or {}).get("tasks_per_node")
+    if tasks != devices:
+        raise ConfigError(
+            f"trainer.devices={devices} but hydra.launcher.tasks_per_node={tasks}: with Slurm each device "
+            f"needs its own task; set hydra.launcher.tasks_per_node={devices}"
+        )
+

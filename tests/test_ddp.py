@@ -1,0 +1,119 @@
+"""``trainer=ddp``: two CPU processes (gloo) train as one device with the global batch would
+(robustnlu/distributed.py). The CLI runs in subprocesses: Lightning starts rank 1 by
+re-executing the command line, which under pytest would rerun pytest."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from integration_helpers import FAST, SMALL_DRIFT, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from robustnlu.data.datamodule import ShuffledBatchSampler
+from robustnlu.distributed import check_launch, gather_padded, processes_per_node
+from robustnlu.errors import ConfigError
+
+
+@pytest.mark.parametrize("bucketed", [False, True])
+def test_each_process_gets_its_contiguous_part_of_every_global_batch(bucketed):
+    lengths = np.random.default_rng(0).integers(3, 40, size=101).tolist()
+    single = list(ShuffledBatchSampler(lengths, 16, seed=4, bucketed=bucketed))
+    parts = [list(ShuffledBatchSampler(lengths, 8, seed=4, bucketed=bucketed, num_replicas=2, rank=r)) for r in (0, 1)]
+    assert len(parts[0]) == len(parts[1]) == len(single) == 7  # 101 = 6 × 16 + 5
+    assert [a + b for a, b in zip(*parts)] == single
+    assert sorted(len(b) for b in parts[0]) == [3] + [8] * 6 and sorted(len(b) for b in parts[1]) == [2] + [8] * 6
+
+
+def test_a_final_global_batch_smaller_than_the_process_count_is_dropped():
+    lengths = [5] * 33  # 2 global batches of 16 and 1 example left for 2 processes
+    parts = [ShuffledBatchSampler(lengths, 8, seed=0, num_replicas=2, rank=r) for r in (0, 1)]
+    assert [len(p) for p in parts] == [2, 2] and [len(list(p)) for p in parts] == [2, 2]
+    assert len({i for p in parts for b in p for i in b}) == 32
+
+
+def _gather_worker(rank: int, port: int, results) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    # rank 0 has 3 rows of width 2, rank 1 has 2 rows of width 4: padded to width 4
+    x = torch.arange(6.0).reshape(3, 2) if rank == 0 else 10 + torch.arange(8.0).reshape(2, 4)
+    x.requires_grad_(True)
+    mask = torch.ones(x.shape, dtype=torch.bool)
+    joined, joined_mask = gather_padded([x, mask], [-1.0, 0])
+    weights = torch.arange(1.0, 21.0).reshape(5, 4)
+    (joined * weights).sum().backward()  # the same loss on both processes
+    results[rank] = (joined.detach(), joined_mask, x.grad)
+    dist.destroy_process_group()
+
+
+def test_gather_pads_concatenates_in_rank_order_and_sends_each_part_its_gradient():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = mp.Manager().dict()
+    mp.spawn(_gather_worker, args=(port, results), nprocs=2)
+    expected = torch.tensor([[0, 1, -1, -1], [2, 3, -1, -1], [4, 5, -1, -1],
+                             [10, 11, 12, 13], [14, 15, 16, 17]], dtype=torch.float)
+    weights = torch.arange(1.0, 21.0).reshape(5, 4)
+    for rank in (0, 1):
+        joined, mask, grad = results[rank]
+        torch.testing.assert_close(joined, expected)
+        assert mask.dtype == torch.bool and mask.sum().item() == 6 + 8
+    # each process back-propagates the same loss: its part's gradient arrives summed over both
+    torch.testing.assert_close(results[0][2], 2 * weights[:3, :2])
+    torch.testing.assert_close(results[1][2], 2 * weights[3:, :])
+
+
+BASIC = {"_target_": "hydra._internal.core_plugins.basic_launcher.BasicLauncher"}
+SLURM = {"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"}
+
+
+def test_several_devices_under_multirun_need_slurm_with_one_task_per_device():
+    check_launch({"devices": 2}, multirun=False, launcher=BASIC)  # a single run: Lightning starts rank 1
+    check_launch({"devices": 1}, multirun=True, launcher=BASIC)
+    check_launch({"devices": 2}, multirun=True, launcher={**SLURM, "tasks_per_node": 2})
+    with pytest.raises(ConfigError, match="re-executing the command line"):
+        check_launch({"devices": 2}, multirun=True, launcher=BASIC)
+    with pytest.raises(ConfigError, match="tasks_per_node=2"):
+        check_launch({"devices": 2}, multirun=True, launcher={**SLURM, "tasks_per_node": 1})
+    assert [processes_per_node(d) for d in (3, [0, 1], "0,1", "2", "auto")] == [3, 2, 2, 2, max(1, torch.cuda.device_count())]
+
+
+def test_a_multi_device_sweep_on_the_local_launcher_is_refused(tmp_path):
+    proc = run_cli(["-m", "encoder=tiny", "trainer=ddp", "seed=1,2", f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "cannot run under -m" in proc.stderr and "hydra/launcher=slurm" in proc.stderr
+    assert not list((tmp_path / "sweep").glob("*/results.json"))
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    return write_snips_sample_jsonl(tmp_path_factory.mktemp("snips"), n_train=600, n_eval=60)
+
+
+def test_two_processes_train_as_one_device_with_the_global_batch(sample, tmp_path):
+    """Group DRO on a SeqDrift split (group-balanced sampling, group weights q as running
+    state), dropout off: 2 processes × 8 utterances = 1 process × 16, up to float rounding."""
+    common = [*FAST, *jsonl_overrides(sample), *SMALL_DRIFT, "method=group_dro", "trainer.max_epochs=2",
+              "encoder.dropout=0", "model.dropout=0", f"paths.cache_dir={tmp_path / 'cache'}"]
+    ddp = run_cli([*common, "trainer=ddp", "data.batch_size=8", f"hydra.run.dir={tmp_path / 'ddp'}"], cwd=tmp_path)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    one = run_cli([*common, "data.batch_size=16", f"hydra.run.dir={tmp_path / 'one'}"], cwd=tmp_path)
+    assert one.returncode == 0, one.stderr[-3000:]
+    a, b = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("ddp", "one"))
+    assert a["sizes"] == b["sizes"]
+    for split in ("valid", "test"):  # every process evaluated the whole split: no duplicates, no gaps
+        rows = (tmp_path / "ddp" / "predictions" / f"{split}.jsonl").read_text().splitlines()
+        assert len(rows) == len({json.loads(r)["uid"] for r in rows}) == a["sizes"][split]
+        for key in ("intent_acc", "slot_f1", "combined"):
+            assert a["metrics"][split][key] == pytest.approx(b["metrics"][split][key], abs=0.02), (split, key)
+    x, y = (torch.load(tmp_path / d / "checkpoints" / "last.ckpt", weights_only=True) for d in ("ddp", "one"))
+    assert x["global_step"] == y["global_step"]
+    for key, value in y["state_dict"].items():  # the encoder, heads and Group-DRO's weights q
+        torch.testing.assert_close(x["state_dict"][key], value, rtol=1e-3, atol=1e-3, msg=key)
+    assert any(k.startswith("objective.") for k in y["state_dict"])
