@@ -40,15 +40,17 @@ def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_result(sample, tmp_
 
     kill_step = STEPS_PER_EPOCH + 7  # epoch 1, batch 7: two steps after the mid-epoch checkpoint at step 20
     dead = train(sample, killed, "+callbacks.kill._target_=integration_helpers.KillAtStep",
-                 f"+callbacks.kill.step={kill_step}")
+                 f"+callbacks.kill.step={kill_step}", "logger=wandb")
     assert dead.returncode == -signal.SIGKILL
     assert read(killed, "status.json")["state"] == "running" and not (killed / "results.json").exists()
     ckpt = torch.load(killed / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
     assert ckpt["global_step"] == 20 and ckpt["epoch"] == 1
     assert ckpt["SLUDataModule"] == {"sampler_epoch": 1, "batches_done": 20 - STEPS_PER_EPOCH}
 
-    resumed = train(sample, killed, "resume=true")
+    resumed = train(sample, killed, "resume=true", "logger=wandb")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    runs = sorted((killed / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and len({r.name.rsplit("-", 1)[1] for r in runs}) == 1  # one W&B run, continued
     a, b = read(straight, "results.json"), read(killed, "results.json")
     assert b["resumed_from"] == {"checkpoint": "checkpoints/last.ckpt", "global_step": 20, "epoch": 1}
     assert a["resumed_from"] is None
