@@ -64,9 +64,10 @@ def gather_padded(tensors: list[Tensor], pad_values: list[float]) -> list[Tensor
                           device=tensors[0].device)
     all_shapes = [torch.empty_like(shapes) for _ in range(world)]
     dist.all_gather(all_shapes, shapes)  # one collective for the shapes of every tensor
+    all_shapes = torch.stack(all_shapes).tolist()  # one device-to-host copy
     gathered = []
     for i, (t, pad) in enumerate(zip(tensors, pad_values, strict=True)):
-        sizes = [s[i, : t.dim()].tolist() for s in all_shapes]
+        sizes = [s[i][: t.dim()] for s in all_shapes]
         target = [max(dim) for dim in zip(*sizes)]
         buffer = t.new_full(target, pad, dtype=torch.uint8 if t.dtype == torch.bool else t.dtype)
         buffer[tuple(slice(0, n) for n in t.shape)] = t  # copy_ keeps the autograd graph
