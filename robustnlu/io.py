@@ -10,10 +10,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+UMASK = os.umask(0)  # read once (os.umask can only be read by setting it) and restored at once
+os.umask(UMASK)
+
 
 def atomic_write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     """Call ``write(file)`` on a temporary sibling of ``path`` opened in binary mode, then
-    ``os.replace`` it into place (the temporary file is removed if ``write`` fails)."""
+    ``os.replace`` it into place (the temporary file is removed if ``write`` fails). The file
+    gets the permissions of a plain ``open`` (0666 minus the umask)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -21,6 +25,7 @@ def atomic_write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> 
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
+            os.fchmod(f.fileno(), 0o666 & ~UMASK)  # mkstemp's 0600 would hide results from colleagues
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:

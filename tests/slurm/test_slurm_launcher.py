@@ -1,7 +1,8 @@
 """Hydra launchers end to end: a 2-job sweep through a real single-node Slurm
 (`hydra/launcher=slurm`, started by tests/slurm/start_slurm.sh) and through parallel local
-processes (`hydra/launcher=local`), each finding both runs' results.json; and a Slurm job
-signalled in mid-epoch as at a time limit, requeued by submitit and resumed from last.ckpt.
+processes (`hydra/launcher=local`), each finding both runs' results.json; a Slurm job
+signalled in mid-epoch as at a time limit, requeued by submitit and resumed from last.ckpt; and a
+`trainer=ddp` job run as one Slurm task per device.
 
 The Slurm test needs root (it installs slurm-wlm/munge with apt-get if missing and starts the
 daemons); it skips, with the reason, where that is impossible, unless ROBUSTNLU_REQUIRE_SLURM=1
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from integration_helpers import FAST, REPO, jsonl_overrides, run_cli, write_snips_sample_jsonl
 
@@ -206,6 +208,69 @@ def test_a_slurm_job_signalled_mid_epoch_is_requeued_and_resumes_to_the_uninterr
         assert resumed["metrics"][split] == pytest.approx(straight["metrics"][split], rel=1e-6, abs=1e-9), split
         assert (runs[0] / "predictions" / f"{split}.jsonl").read_text() == \
             (runs[1] / "predictions" / f"{split}.jsonl").read_text()
+
+
+#: what a DDP job's run directory holds: the same as a one-process run's (rank 1 writes none of
+#: its own: config.yaml, csv/, checkpoints/, predictions/, results.json and status.json are rank 0's)
+RUN_DIR_ENTRIES = {".hydra", "__main__.log", "checkpoints", "config.yaml", "csv", "predictions", "results.json",
+                   "status.json"}
+
+
+@pytest.mark.slurm
+def test_a_ddp_job_runs_as_one_slurm_task_per_device(slurm, tmp_path):
+    """`trainer=ddp` under -m: Slurm starts one task per device (tasks_per_node=2), submitit
+    runs the job in each, Lightning takes rank and world size from Slurm (no re-executed command
+    line). 2 CPU processes × 8 utterances train as 1 local process × 16 (dropout off), rank 0
+    alone writes the record, both tasks end cleanly and the driver returns. ~30 s."""
+    sample = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=30)
+    common = [*FAST, *jsonl_overrides(sample), "encoder.dropout=0", "model.dropout=0", "trainer.max_epochs=3",
+              "seed=1"]
+    sweep_dir = tmp_path / "multirun"
+    started = time.time()
+    proc = run_cli(["-m", *common, "trainer=ddp", "data.batch_size=8", "hydra/launcher=slurm",
+                    "hydra.launcher.tasks_per_node=2", "hydra.launcher.cpus_per_task=1",  # the node's 2 CPUs
+                    "hydra.launcher.mem_gb=2", "hydra.launcher.timeout_min=20", f"hydra.sweep.dir={sweep_dir}"],
+                   cwd=tmp_path)
+    print(f"1-job DDP Slurm sweep: {time.time() - started:.0f} s (driver wall time)")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+    # a one-job sweep is submitted as a plain job, not an array: its folder is the bare job id
+    (job_id,) = [p.name for p in (sweep_dir / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name)]
+    folder = sweep_dir / ".submitit" / job_id
+    submission = (folder / f"{job_id}_submission.sh").read_text()
+    assert "#SBATCH --ntasks-per-node=2" in submission
+    logs = {rank: (folder / f"{job_id}_{rank}_log.out").read_text() for rank in (0, 1)}  # one per Slurm task
+    for rank, log in logs.items():
+        assert f"global_rank={rank}(2)" in log, log[-3000:]  # submitit's JobEnvironment of that task
+        assert f"Initializing distributed: GLOBAL_RANK: {rank}, MEMBER: {rank + 1}/2" in log, log[-3000:]
+        assert "Job completed successfully" in log and "Exiting after successful completion" in log, log[-3000:]
+        assert (folder / f"{job_id}_{rank}_result.pkl").exists()
+    assert "Starting with 2 processes" in logs[0] and "run directory:" in logs[0] and "run directory:" not in logs[1]
+    info = _wait_until_ended(job_id)
+    if info:  # absent when a cluster purges finished jobs sooner
+        assert info["JobState"] == "COMPLETED" and info["NumTasks"] == "2", info
+
+    (run_dir,) = [p.parent for p in sweep_dir.glob("*/results.json")]
+    assert {p.name for p in run_dir.iterdir()} == RUN_DIR_ENTRIES
+    assert sorted(p.name for p in (run_dir / "csv").iterdir()) == ["hparams.yaml", "metrics.csv"]
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
+    ddp = json.loads((run_dir / "results.json").read_text())
+    assert ddp["epochs_trained"] == 3
+
+    one = run_cli([*common, "data.batch_size=16", f"hydra.run.dir={tmp_path / 'one'}"], cwd=tmp_path)
+    assert one.returncode == 0, one.stderr[-3000:]
+    single = json.loads((tmp_path / "one" / "results.json").read_text())
+    assert ddp["sizes"] == single["sizes"]
+    for split in ("valid", "test"):  # each process evaluated the whole split; rank 0 wrote it once
+        rows = (run_dir / "predictions" / f"{split}.jsonl").read_text().splitlines()
+        assert len(rows) == len({json.loads(r)["uid"] for r in rows}) == ddp["sizes"][split]
+        for key in ("intent_acc", "slot_f1", "combined"):
+            assert ddp["metrics"][split][key] == pytest.approx(single["metrics"][split][key], abs=0.02), (split, key)
+    assert single["metrics"]["test"]["slot_f1"] > 0.1  # trained to something (not only the majority intent)
+    x, y = (torch.load(d / "checkpoints" / "last.ckpt", weights_only=True) for d in (run_dir, tmp_path / "one"))
+    assert x["global_step"] == y["global_step"] == 3 * STEPS_PER_EPOCH
+    for key, value in y["state_dict"].items():
+        torch.testing.assert_close(x["state_dict"][key], value, rtol=1e-3, atol=1e-3, msg=key)
 
 
 def test_local_launcher_runs_a_two_job_sweep_in_parallel(tmp_path):
