@@ -39,7 +39,8 @@ def measure_methods(args, results: dict[str, Any], tmp: Path) -> None:
     base = [f"encoder={args.encoder}", "+experiment=snips_slot_context", f"paths.cache_dir={REPO / 'outputs' / 'cache'}"]
     cfg = compose_config(tmp, base)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    corpus, _, datamodule, erm, _ = prepare(cfg)
+    parts = prepare(cfg)
+    corpus, datamodule, erm = parts.corpus, parts.datamodule, parts.module
     datamodule.setup("fit")
     n_batches = args.warmup + args.method_steps + 1
     sampler = iter(datamodule.train_dataloader().batch_sampler)

@@ -10,7 +10,9 @@ the Optuna sweeper records the trial as FAIL (``max_failure_rate``) and goes on 
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -69,4 +71,23 @@ def run_or_exit(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
         sys.exit(2)
 
 
-__all__ = ["REPO_ROOT", "JobFailed", "discard_run_dir", "repo_root", "run_or_exit"]
+def compose_run_config(overrides: list[str]) -> DictConfig:
+    """The training config ``python -m robustnlu <overrides>`` would run, with its ``hydra``
+    node (sweep dir, sweeper settings): for drivers that launch multiruns (robustnlu.hpo,
+    robustnlu.efficiency) and must know where they will write."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides, return_hydra_config=True)
+
+
+def run_multirun(args: list[str]) -> None:
+    """``python -m robustnlu -m <args>`` in a subprocess (printed first); a failure exits with its status."""
+    cmd = [sys.executable, "-m", "robustnlu", "-m", *args]
+    print("+ " + " ".join(cmd), flush=True)
+    rc = subprocess.run(cmd, env=os.environ.copy()).returncode
+    if rc != 0:
+        raise SystemExit(rc)
+
+
+__all__ = ["REPO_ROOT", "JobFailed", "compose_run_config", "discard_run_dir", "repo_root", "run_multirun", "run_or_exit"]

@@ -24,17 +24,12 @@ study name, storage URL and sweep dir exactly as the sweeper will, so nothing is
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
 
-from robustnlu.cli import REPO_ROOT
-
-CONF_DIR = REPO_ROOT / "conf"
+from robustnlu.cli import compose_run_config, run_multirun
 
 
 class MakeDirs(Callback):
@@ -99,21 +94,6 @@ def retrain_overrides(overrides: list[str]) -> list[str]:
             if _key(o) not in drop and not _key(o).startswith(("hydra.sweeper.", "hydra/sweeper"))]
 
 
-def compose_search(overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides, return_hydra_config=True)
-
-
-def run_robustnlu(args: list[str]) -> None:
-    cmd = [sys.executable, "-m", "robustnlu", "-m", *args]
-    print("+ " + " ".join(cmd), flush=True)
-    rc = subprocess.run(cmd, env=os.environ.copy()).returncode
-    if rc != 0:
-        raise SystemExit(rc)
-
-
 # ---------------------------------------------------------------------------- the protocol
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
@@ -129,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
 
     search = search_overrides(args.overrides)
-    cfg = compose_search(search)
+    cfg = compose_run_config(search)
     name, storage = cfg.hydra.sweeper.study_name, cfg.hydra.sweeper.storage
     sweep_dir = Path(cfg.hydra.sweep.dir)  # resolved once: the search and this file agree
     search = [o for o in search if _key(o) != "hydra.sweep.dir"] + [f"hydra.sweep.dir={sweep_dir}"]
@@ -142,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             # the same sampler seed would propose the points of the earlier run(s) again
             seed = int(cfg.hydra.sweeper.sampler.seed or 0) + n_before
             search.append(f"hydra.sweeper.sampler.seed={seed}")
-        run_robustnlu(search)
+        run_multirun(search)
 
     study = load_study(name, storage)
     chosen = top_settings(study, args.top) if study is not None else []
@@ -176,7 +156,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     if not args.no_retrain:
         for setting in chosen:
-            run_robustnlu([*plain, f"seed={retrain_seed}",
+            run_multirun([*plain, f"seed={retrain_seed}",
                            *(f"{k}={v}" for k, v in setting["params"].items()),
                            f"hydra.sweep.dir={Path(setting['retrain_dir']).parent}",
                            f"hydra.sweep.subdir={Path(setting['retrain_dir']).name}"])

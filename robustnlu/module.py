@@ -25,10 +25,12 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch import nn
-from transformers import get_linear_schedule_with_warmup
+from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
 from robustnlu.data.utterance import LabelVocab
 from robustnlu.distributed import gather_task_losses
+from robustnlu.efficiency.conatural import CoNaturalSGD
+from robustnlu.errors import ConfigError
 from robustnlu.metrics import SLUMetrics
 from robustnlu.model.encoders import encoder_from_config
 from robustnlu.model.jointbert import JointBERT
@@ -98,6 +100,9 @@ class SLUModule(pl.LightningModule):
         #: sums of the epoch's per-example slot and intent losses and their count (logged as means
         #: at the epoch's end; in checkpoints, so an epoch resumed in its middle logs the same means)
         self.task_loss_sums = torch.zeros(3)
+        #: the source task's diagonal Fisher, one tensor per encoder parameter (optimizer=conatural;
+        #: set by `robustnlu.efficiency.adapt.source_fisher`; resumed runs get it from the optimizer state)
+        self.source_fisher: list[torch.Tensor] | None = None
         self.metrics = SLUMetrics(intents=eval_intents)
         self.prediction_rows: list[dict[str, Any]] = []
         #: stage ("valid" / "test") → {"metrics": ..., "predictions": ...} of the last evaluation
@@ -175,12 +180,27 @@ class SLUModule(pl.LightningModule):
         self.task_loss_sums = torch.zeros(3, device=self.device)
 
     def configure_optimizers(self):
+        """AdamW (``optimizer=adamw``) or the co-natural SGD (``optimizer=conatural``, with
+        `source_fisher` set: the encoder preconditioned, the heads plain SGD), linear warm-up and
+        decay (or a constant rate with ``linear_decay: false``). The objective trains its own
+        parameters itself."""
         opt = self.hparams.optimizer
-        groups = weight_decay_groups(self.model, opt["weight_decay"])  # the objective trains its own parameters
-        optimizer = torch.optim.AdamW(groups, lr=opt["lr"], betas=tuple(opt["betas"]), eps=opt["eps"])
-        scheduler = get_linear_schedule_with_warmup(
-            optimizer, num_warmup_steps=opt["warmup_steps"], num_training_steps=self.trainer.estimated_stepping_batches
-        )
+        if opt.get("name", "adamw") == "conatural":
+            if self.source_fisher is None:
+                raise ConfigError("optimizer=conatural needs the source task's Fisher: use it with efficiency.mode=adapt")
+            heads = [p for n, p in self.model.named_parameters() if not n.startswith("encoder.")]
+            optimizer = CoNaturalSGD(
+                [*weight_decay_groups(self.model.encoder, opt["weight_decay"]),
+                 {"params": heads, "precondition": False, "weight_decay": 0.0}],
+                lr=opt["lr"], damping=opt["damping"])
+            fisher = dict(zip(map(id, self.model.encoder.parameters()), self.source_fisher, strict=True))
+            optimizer.set_fisher([fisher[id(p)] for p in optimizer.preconditioned_params()])
+        else:
+            optimizer = torch.optim.AdamW(weight_decay_groups(self.model, opt["weight_decay"]), lr=opt["lr"],
+                                          betas=tuple(opt["betas"]), eps=opt["eps"])
+        total = self.trainer.estimated_stepping_batches if opt.get("linear_decay", True) else None
+        scheduler = (get_linear_schedule_with_warmup(optimizer, opt["warmup_steps"], total) if total
+                     else get_constant_schedule_with_warmup(optimizer, opt["warmup_steps"]))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     # --- evaluation -----------------------------------------------------------------------

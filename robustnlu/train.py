@@ -37,6 +37,9 @@ from robustnlu.data.datamodule import SLUDataModule
 from robustnlu.data.utterance import Corpus
 from robustnlu.data.readers import load_corpus
 from robustnlu.distributed import check_launch
+from robustnlu.efficiency.adapt import load_source_model, score_sources, source_fisher, source_forgetting
+from robustnlu.efficiency.subsets import EfficiencySplit, efficiency_split
+from robustnlu.errors import ConfigError
 from robustnlu.evaluate import evaluate_suites, write_robustness
 from robustnlu.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from robustnlu.model.encoders import build_encoder, load_tokenizer
@@ -89,22 +92,36 @@ class RunParts(NamedTuple):
     datamodule: SLUDataModule  # its training split augmented when augment=<noise type>
     module: SLUModule
     augmentation: dict[str, Any] | None  # what augment did (results.json), None without
+    efficiency: EfficiencySplit | None  # with efficiency=topv2: the protocol's corpus and record
 
 
 def prepare(cfg: DictConfig) -> RunParts:
-    """The corpus (re-split by the drift split; ``drift=none``: as is), the drift split, the data
-    module (training split augmented by ``cfg.augment``; groups = SeqDrift clusters) and a new
-    module around the pre-trained encoder."""
-    corpus = load_corpus(cfg.dataset, repo_root(cfg))
+    """The corpus (re-split by the drift split; ``drift=none``: as is; ``efficiency=topv2``:
+    sources + a target subset), the drift split, the data module (training split augmented by
+    ``cfg.augment``; groups = SeqDrift clusters) and a new module around the pre-trained encoder
+    (``efficiency.mode=adapt``: with the source model's weights)."""
+    efficiency = efficiency_split(cfg.dataset, cfg.efficiency, repo_root(cfg)) if cfg.get("efficiency") else None
+    if efficiency and cfg.drift.kind != "none":
+        raise ConfigError("efficiency=topv2 splits by domain and subset; it does not combine with a drift split")
+    corpus = efficiency.corpus if efficiency else load_corpus(cfg.dataset, repo_root(cfg))
     drift_split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir)
     corpus = drift_split.apply(corpus)
     trained_on, groups, augmentation = augment_corpus(corpus, drift_split.groups(), cfg.augment, cfg.seed)
-    vocab = trained_on.vocab()
+    vocab = efficiency.vocab if efficiency else trained_on.vocab()
     tokenizer = load_tokenizer(cfg.encoder)
     encoder = build_encoder(cfg.encoder, vocab_size=len(tokenizer))
     datamodule = SLUDataModule(trained_on, tokenizer, vocab, seed=cfg.seed, groups=groups, **cfg.data)
     module = SLUModule.from_config(cfg, vocab, trained_on.intents(), encoder)
-    return RunParts(corpus, drift_split, datamodule, module, augmentation)
+    conatural = cfg.optimizer.get("name") == "conatural"
+    if conatural and not (efficiency and efficiency.info["mode"] == "adapt"):
+        raise ConfigError("optimizer=conatural preconditions with the source task's Fisher: use it with "
+                          "efficiency=topv2 efficiency.mode=adapt")
+    if efficiency and efficiency.info["mode"] == "adapt":
+        load_source_model(module, Path(efficiency.info["init_from"]))
+        if conatural:
+            module.source_fisher = source_fisher(module, tokenizer, efficiency.source_train, cfg.optimizer.fisher_samples,
+                                                 cfg.seed, cfg.data.max_length)
+    return RunParts(corpus, drift_split, datamodule, module, augmentation, efficiency)
 
 
 def log_summary(trainer: pl.Trainer, results: dict[str, Any]) -> None:
@@ -156,11 +173,14 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
                      resume: ResumePoint = ResumePoint()) -> dict[str, Any]:
     """Fit (from ``resume.checkpoint`` if there is one), validate and test the best
     checkpoint, score the suites, write the run record."""
-    corpus, drift_split, datamodule, module, augmentation = parts
+    corpus, drift_split, datamodule, module, augmentation, efficiency = parts
     config = OmegaConf.to_container(cfg, resolve=True)
     if rank_zero_only.rank == 0:
         atomic_write_text(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
 
+    adapting = efficiency is not None and efficiency.info["mode"] == "adapt"
+    if adapting:  # the source model's scores, for the forgetting
+        before = score_sources(module, datamodule.tokenizer, efficiency.source_test, cfg.data.eval_batch_size)
     trainer = build_trainer(cfg, wandb_run_id(out_dir) if resume.checkpoint else None)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume.checkpoint)
     best_callback = best_checkpoint_callback(trainer)
@@ -179,6 +199,7 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         "metrics": {split: module.evaluations[split]["metrics"] for split in ("valid", "test")},
         "sizes": {split: len(datamodule.corpus.split(split)) for split in ("train", "valid", "test")},
         "augment": augmentation,
+        "efficiency": efficiency.info if efficiency else None,
         "best_checkpoint": str(Path(best).relative_to(out_dir)) if best else None,
         "epochs_trained": trainer.current_epoch,
         "resumed_from": resume.record(),
@@ -186,6 +207,9 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         "versions": versions(),
         "config": config,
     }
+    if adapting and trainer.is_global_zero:  # the module holds the best checkpoint's weights since trainer.test
+        after = score_sources(module, datamodule.tokenizer, efficiency.source_test, cfg.data.eval_batch_size)
+        results["efficiency"] = {**efficiency.info, "forgetting": source_forgetting(before, after)}
     log_summary(trainer, results)
     suites = cfg.get("suite")
     if suites and trainer.is_global_zero:  # the module holds the best checkpoint's weights since trainer.test

@@ -39,7 +39,8 @@ def fit(method: str, sample, out, ckpt_path=None, interrupt=False):
                  f"paths.cache_dir={out.parent / 'cache'}"]
     cfg = compose_config(overrides, out)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    _, _, dm, module, _ = prepare(cfg)
+    parts = prepare(cfg)
+    dm, module = parts.datamodule, parts.module
     recorder = LossRecorder()
     trainer = build_trainer(cfg)
     trainer.callbacks += [recorder, StopAfterFirstEpoch()] if interrupt else [recorder]

@@ -1,0 +1,101 @@
+"""``python -m robustnlu.efficiency target=<domain> [options] [<Hydra overrides>]``: the four-stage
+data-efficiency protocol (Desai et al. 2021; README "How much data do I need?").
+
+1. subsets of the target domain's training split at the paper's percentages (nested, seeded);
+2. one training run per percentage and seed as a multirun of ``python -m robustnlu``:
+   ``--mode joint`` (the paper): every other TOPv2 domain + the subset; ``--mode adapt``: first
+   the source models (the 0% joint runs, trained with the default optimizer), then each adapted
+   on every non-zero subset alone (``optimizer=...`` overrides apply to this stage:
+   ``optimizer=conatural`` preconditions with the source Fisher); results.json records the
+   source-domain forgetting;
+3. h(x) = a / x^b + c fitted to (percent, exact match) (`robustnlu.efficiency.curve`);
+4. the queries answered both ways, written with the plot to ``<sweep dir>/efficiency/``
+   (`robustnlu.efficiency.study`) and printed.
+
+Example (tiny smoke run)::
+
+    python -m robustnlu.efficiency --percents 0,7,21,100 --seeds 0,1 target=weather \\
+        encoder=tiny trainer.max_epochs=2 efficiency.source_limit=200
+
+Like ``robustnlu.hpo``, a driver (argparse + Hydra's compose API) rather than a Hydra app: the
+overrides are forwarded verbatim to the multiruns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from robustnlu.cli import compose_run_config, run_multirun
+from robustnlu.efficiency.curve import subset_percentages
+
+#: run directories name the percentage (the job number keeps other sweeps apart)
+SUBDIR = "hydra.sweep.subdir=${hydra.job.num}-${efficiency.mode}-${efficiency.percent}pct-seed${seed}"
+
+
+def numbers(kind):
+    """An argparse type: comma-separated numbers (``0,7,21``; options never swallow overrides)."""
+    return lambda text: [kind(x) for x in text.split(",") if x.strip()]
+
+
+def training_overrides(overrides: list[str]) -> list[str]:
+    """``target=<domain>`` → ``dataset=topv2_<domain>``, plus ``efficiency=topv2``."""
+    out = [f"dataset=topv2_{o.split('=', 1)[1]}" if o.startswith("target=") else o for o in overrides]
+    if not any(o.startswith("dataset=") for o in out):
+        raise SystemExit("error: name the target domain: target=<alarm|event|messaging|music|navigation|reminder|timer|weather>")
+    return ["efficiency=topv2", *out]
+
+
+def source_checkpoints(source_dir: Path) -> dict[int, Path]:
+    """seed → best checkpoint of the source models (0% joint runs) under ``source_dir``."""
+    found = {}
+    for path in sorted(source_dir.glob("*/results.json")):
+        results = json.loads(path.read_text())
+        found[int(results["seed"])] = path.parent / results["best_checkpoint"]
+    return found
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="python -m robustnlu.efficiency", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--percents", type=numbers(float), default=subset_percentages(),
+                        help="comma-separated subset percentages (default: the paper's 0,1,2,4,7,12,21,36,60,100)")
+    parser.add_argument("--seeds", type=numbers(int), default=[0], help="comma-separated seeds (paper: 0; its variance study 0,1,2)")
+    parser.add_argument("--mode", choices=("joint", "adapt"), default="joint")
+    parser.add_argument("--reach", type=numbers(float), default=[80, 90], help="'what %% reaches y%% exact match?' (default 80,90)")
+    parser.add_argument("--at", type=numbers(float), default=[10, 50], help="'what exact match at x%%?' (default 10,50)")
+    parser.add_argument("--label", default=None, help="the curve's name in the plot (default: target and mode)")
+    parser.add_argument("overrides", nargs="*", help="target=<domain> and Hydra overrides, as for python -m robustnlu")
+    args = parser.parse_args(argv)
+
+    from robustnlu.efficiency.study import build_efficiency, write_efficiency
+
+    train = training_overrides(args.overrides)
+    cfg = compose_run_config(train)
+    sweep_dir = Path(cfg.hydra.sweep.dir)  # resolved once: every stage writes below it
+    train = [o for o in train if not o.startswith("hydra.sweep.dir=")]
+    seeds = ",".join(map(str, args.seeds))
+    percents = [p for p in args.percents if args.mode == "joint" or p > 0]
+    pct = ",".join(f"{p:g}" for p in percents)
+    if args.mode == "joint":
+        run_multirun([*train, f"efficiency.percent={pct}", f"seed={seeds}", f"hydra.sweep.dir={sweep_dir}", SUBDIR])
+        curve_dirs = [sweep_dir]
+    else:
+        source = [o for o in train if not o.lstrip("+~").startswith("optimizer")]  # the source models: default optimizer
+        run_multirun([*source, "efficiency.percent=0", f"seed={seeds}", f"hydra.sweep.dir={sweep_dir / 'source'}", SUBDIR])
+        for seed, ckpt in source_checkpoints(sweep_dir / "source").items():
+            run_multirun([*train, "efficiency.mode=adapt", f"efficiency.init_from={ckpt}", f"efficiency.percent={pct}",
+                          f"seed={seed}", f"hydra.sweep.dir={sweep_dir / 'adapt' / f'seed{seed}'}", SUBDIR])
+        curve_dirs = [sweep_dir / "adapt"]
+    label = args.label or f"{cfg.dataset.name} ({args.mode})"
+    study = build_efficiency([(label, curve_dirs)], reach=args.reach, at=args.at)
+    written = write_efficiency(study, sweep_dir / "efficiency")
+    print((sweep_dir / "efficiency" / "efficiency.md").read_text())
+    print(f"wrote {', '.join(str(p) for p in written)}")
+    return {"sweep_dir": str(sweep_dir), "written": [str(p) for p in written]}
+
+
+if __name__ == "__main__":
+    main()

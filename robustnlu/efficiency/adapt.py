@@ -1,0 +1,72 @@
+"""``efficiency.mode=adapt``: fine-tune a source model on the target subset and measure what the
+source domains lose (thesis chapter 7: forgetting = source metric before − after adapting).
+With ``optimizer=conatural`` the update is preconditioned by the source task's Fisher
+(`robustnlu.efficiency.conatural`), which slows that forgetting."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from robustnlu.data.datamodule import Collator, encode_utterances
+from robustnlu.data.utterance import Utterance
+from robustnlu.efficiency.conatural import empirical_fisher
+from robustnlu.efficiency.subsets import seeded_sample
+from robustnlu.errors import ConfigError
+from robustnlu.evaluate import score
+from robustnlu.module import SLUModule
+from robustnlu.predict import Predictor
+
+
+def load_source_model(module: SLUModule, checkpoint: Path) -> None:
+    """Put the source model's encoder and head weights into ``module`` (same label vocabulary:
+    the protocol's vocabulary spans every domain, so the heads fit)."""
+    if not checkpoint.is_file():
+        raise ConfigError(f"efficiency.init_from={checkpoint}: no such checkpoint")
+    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    if ckpt["hyper_parameters"]["vocab"] != module.hparams.vocab:
+        raise ConfigError(f"efficiency.init_from={checkpoint}: its label vocabulary differs from this run's "
+                          "(a source model of the same sources and target?)")
+    module.model.load_state_dict({k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()
+                                  if k.startswith("model.")})
+
+
+def score_sources(module: SLUModule, tokenizer, utterances: Sequence[Utterance], batch_size: int) -> dict[str, float]:
+    """Intent accuracy, slot F1 and exact match (frame accuracy) on the sources' test splits;
+    the module's train/eval mode is left as it was."""
+    training = module.training
+    scores = score(Predictor(module, tokenizer), utterances, batch_size)
+    module.train(training)
+    return scores
+
+
+def source_forgetting(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, dict[str, float]]:
+    """Source-domain scores before and after adapting and the drop (before − after; > 0: forgotten)."""
+    return {"before": dict(before), "after": dict(after), "drop": {k: before[k] - after[k] for k in before}}
+
+
+def source_fisher(module: SLUModule, tokenizer, utterances: Sequence[Utterance], n: int, seed: int,
+                  max_length: int) -> list[torch.Tensor]:
+    """The diagonal empirical Fisher of the source task at the source model (thesis Eq. 7.7,
+    approximations 1-3): per-example squared gradients of the encoder's parameters of
+    −log p(y|x) = Σ_words slot cross-entropy + intent cross-entropy, over ``n`` seeded source
+    training utterances, one at a time (no padding; vmap over BERT fails with a mask), in eval
+    mode (no dropout), normalised to sum to the parameter count."""
+    sample = seeded_sample(utterances, min(n, len(utterances)), seed, "fisher")
+    encoded = encode_utterances(sample, tokenizer, module.vocab, max_length)
+    collate = Collator(tokenizer.pad_token_id)
+    model, training = module.model, module.model.training
+    model.eval()
+
+    def nll(item) -> torch.Tensor:
+        batch = collate([item])
+        losses = model.task_losses(model(batch), batch)
+        n_words = (batch["slot_labels"] != -100).sum().clamp_min(1)  # the slot loss is a per-word mean
+        return (losses.slot * n_words + losses.intent).squeeze(0)
+
+    try:
+        return empirical_fisher(list(model.encoder.parameters()), (lambda e=e: nll(e) for e in enumerate(encoded)))
+    finally:
+        model.train(training)

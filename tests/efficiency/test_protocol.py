@@ -1,0 +1,128 @@
+"""Stages 1-2 (robustnlu/efficiency/subsets.py, adapt.py) and the whole protocol through
+``python -m robustnlu.efficiency`` on a small real TOPv2 cut (tiny encoder)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from integration_helpers import REPO
+from robustnlu.data.readers import load_corpus
+from robustnlu.efficiency.subsets import efficiency_split, nested_subset
+from robustnlu.errors import ConfigError
+
+DOMAINS = ("weather", "alarm", "timer")
+
+
+@pytest.fixture(scope="module")
+def topv2_cut(tmp_path_factory):
+    """The first rows of three TOPv2 domains' files (header kept), in TOPv2's own format."""
+    folder = tmp_path_factory.mktemp("topv2")
+    for domain in DOMAINS:
+        for split, n in (("train", 160), ("eval", 40), ("test", 60)):
+            lines = (REPO / "data" / "topv2" / f"{domain}_{split}.tsv").read_text().splitlines()
+            (folder / f"{domain}_{split}.tsv").write_text("\n".join(lines[: n + 1]) + "\n")
+    return folder
+
+
+def dataset(folder: Path) -> dict:
+    cfg = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / "dataset" / "topv2_weather.yaml"))
+    return {**cfg, "path": str(folder)}
+
+
+def efficiency(**kw) -> dict:
+    return {"percent": 100, "mode": "joint", "init_from": None, "sources": None, "source_limit": None,
+            "valid": "same", "subset_seed": 0, **kw}
+
+
+def test_subsets_are_nested_uniform_and_seeded(topv2_cut):
+    utts = efficiency_split(dataset(topv2_cut), efficiency(sources=["alarm"]), REPO).corpus.test
+    sizes = {p: nested_subset(utts, p, seed=3, stream="train") for p in (0, 7, 21, 60, 100)}
+    assert [len(s) for s in sizes.values()] == [0, round(0.07 * len(utts)), round(0.21 * len(utts)), 36, len(utts)]
+    for small, large in zip(list(sizes.values()), list(sizes.values())[1:]):
+        assert set(small) <= set(large)  # nested
+    assert nested_subset(utts, 21, seed=3, stream="train") == sizes[21]  # seeded
+    assert nested_subset(utts, 21, seed=4, stream="train") != sizes[21]
+    with pytest.raises(ConfigError, match="percentage"):
+        nested_subset(utts, 120, seed=0, stream="train")
+
+
+def test_joint_training_is_every_source_plus_the_subset_and_test_the_whole_target(topv2_cut):
+    split = efficiency_split(dataset(topv2_cut), efficiency(percent=25, sources=["alarm", "timer"]), REPO)
+    sources = {d: load_corpus({**dataset(topv2_cut), "name": f"topv2_{d}", "domain": d,
+                               "files": {s: f"{d}_{f}.tsv" for s, f in (("train", "train"), ("valid", "eval"), ("test", "test"))}},
+                              REPO) for d in ("alarm", "timer")}
+    target = load_corpus(dataset(topv2_cut), REPO)  # the reader keeps the non-nested trees only
+    train_domains = [u.uid.split("-")[0] for u in split.corpus.train]
+    assert train_domains.count("topv2_weather") == round(0.25 * len(target.train)) == split.info["subset_size"]
+    for d, corpus in sources.items():  # every source utterance
+        assert train_domains.count(f"topv2_{d}") == len(corpus.train) == split.info["sources"][f"topv2_{d}"]
+    assert [u.uid.split("-")[0] for u in split.corpus.valid].count("topv2_weather") == round(0.25 * len(target.valid))
+    assert split.corpus.test == target.test
+    assert split.source_test == [*sources["alarm"].test, *sources["timer"].test]
+    # the label space covers every domain's whole training split, whatever the percentage
+    full = efficiency_split(dataset(topv2_cut), efficiency(percent=100, sources=["alarm", "timer"]), REPO)
+    none = efficiency_split(dataset(topv2_cut), efficiency(percent=0, sources=["alarm", "timer"]), REPO)
+    assert split.vocab == full.vocab == none.vocab
+    assert not {u.intent for u in none.corpus.train} & {u.intent for u in full.corpus.test}
+
+
+def test_bad_efficiency_settings_are_config_errors(topv2_cut):
+    with pytest.raises(ConfigError, match="TOPv2 domain"):
+        efficiency_split({**dataset(topv2_cut), "domain": None, "name": "snips"}, efficiency(), REPO)
+    with pytest.raises(ConfigError, match="other than the target"):
+        efficiency_split(dataset(topv2_cut), efficiency(sources=["weather"]), REPO)
+    with pytest.raises(ConfigError, match="init_from"):
+        efficiency_split(dataset(topv2_cut), efficiency(mode="adapt"), REPO)
+
+
+def run_protocol(topv2_cut, tmp_path, *args):
+    cmd = [sys.executable, "-m", "robustnlu.efficiency", *args, "target=weather", f"dataset.path={topv2_cut}",
+           "efficiency.sources=[alarm,timer]", "encoder=tiny", "~callbacks.progress_bar",
+           "trainer.enable_progress_bar=false", "trainer.max_epochs=2", "optimizer.lr=5e-3", "data.batch_size=16",
+           f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900,
+                          env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, tmp_path / "sweep"
+
+
+def test_the_protocol_writes_points_fit_queries_and_plot(topv2_cut, tmp_path):
+    proc, sweep = run_protocol(topv2_cut, tmp_path, "--percents", "0,10,30,100", "--seeds", "0,1")
+    runs = [json.loads(p.read_text()) for p in sweep.glob("*/results.json")]
+    assert sorted((r["efficiency"]["percent"], r["seed"]) for r in runs) == [
+        (p, s) for p in (0, 10, 30, 100) for s in (0, 1)]
+    assert {r["efficiency"]["subset_size"] for r in runs} == {0, 16, 48, 160}
+    out = json.loads((sweep / "efficiency" / "efficiency.json").read_text())
+    (curve,) = out["curves"]
+    points = {(p["percent"], p["seed"]): p["metric"] for p in curve["points"]}
+    for r in runs:  # the points are the runs' test exact match, in %
+        assert points[(r["efficiency"]["percent"], r["seed"])] == pytest.approx(100 * r["metrics"]["test"]["frame_acc"])
+    assert set(curve["fit"]) >= {"a", "b", "c"} and [q["kind"] for q in curve["queries"]] == ["percent_for_metric"] * 2 + ["metric_at_percent"] * 2
+    png = (sweep / "efficiency" / "efficiency.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert "exact match" in proc.stdout and "efficiency.md" in proc.stdout
+
+
+def test_adapting_a_source_model_records_the_source_forgetting(topv2_cut, tmp_path):
+    _, sweep = run_protocol(topv2_cut, tmp_path, "--mode", "adapt", "--percents", "25", "--seeds", "0",
+                            "optimizer=conatural", "optimizer.fisher_samples=50", "optimizer.lr=0.05")
+    (source,) = [json.loads(p.read_text()) for p in (sweep / "source").glob("*/results.json")]
+    (adapted,) = [json.loads(p.read_text()) for p in (sweep / "adapt").glob("*/*/results.json")]
+    assert source["efficiency"]["percent"] == 0 and adapted["efficiency"]["mode"] == "adapt"
+    assert adapted["sizes"]["train"] == 40  # the subset alone
+    forgetting = adapted["efficiency"]["forgetting"]
+    for key, before in forgetting["before"].items():
+        assert forgetting["drop"][key] == pytest.approx(before - forgetting["after"][key])
+    assert forgetting["before"]["frame_acc"] > 0  # the source model knows its domains
+    source_ckpt = torch.load(Path(adapted["efficiency"]["init_from"]), weights_only=True)
+    (adapted_dir,) = [p.parent for p in (sweep / "adapt").glob("*/*/results.json")]
+    adapted_ckpt = torch.load(adapted_dir / adapted["best_checkpoint"], weights_only=True)
+    assert adapted_ckpt["hyper_parameters"]["vocab"] == source_ckpt["hyper_parameters"]["vocab"]
+    assert adapted_ckpt["hyper_parameters"]["optimizer"]["name"] == "conatural"
