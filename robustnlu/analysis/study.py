@@ -140,18 +140,22 @@ class Incomplete:
     error: str | None
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON object from ``path``; `DataError` (file, line, problem) otherwise."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise DataError(path, err.lineno, f"invalid JSON: {err.msg}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(path, None, f"cannot read: {err}") from None
     if not isinstance(data, dict):
         raise DataError(path, None, "expected a JSON object")
     return data
 
 
-def _walk(root: Path) -> Iterable[Path]:
-    """``root`` and its sub-directories, sorted, not descending into a run directory."""
+def walk_run_dirs(root: Path) -> Iterable[Path]:
+    """``root`` and its sub-directories, sorted, not descending into a run directory (one with
+    ``results.json`` or ``status.json``) nor into a run's own sub-folders."""
     stack = [root]
     while stack:
         folder = stack.pop()
@@ -174,7 +178,7 @@ def discover(paths: Sequence[Path]) -> tuple[list[Run], list[Incomplete]]:
         if not path.is_dir():
             raise StudyError(f"{path}: not a directory")
         found = 0
-        for folder in _walk(path):
+        for folder in walk_run_dirs(path):
             results, status = folder / "results.json", folder / "status.json"
             if not (results.is_file() or status.is_file()):
                 continue
@@ -184,9 +188,9 @@ def discover(paths: Sequence[Path]) -> tuple[list[Run], list[Incomplete]]:
                 continue
             seen.add(key)
             if results.is_file():
-                runs.append(Run(folder, _read_json(results)))
+                runs.append(Run(folder, read_json_object(results)))
             else:
-                info = _read_json(status)
+                info = read_json_object(status)
                 state = str(info.get("state", "unknown"))
                 if state == "finished":
                     state = "finished without results.json"

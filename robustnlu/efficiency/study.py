@@ -21,9 +21,7 @@ one line ``error: ...`` on stderr, exit status 2, nothing written.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
 import sys
 import warnings
 from collections import defaultdict
@@ -46,11 +44,10 @@ from robustnlu.efficiency.curve import (
     answer_queries,
     fit_power_law,
 )
+from robustnlu.analysis.study import read_json_object, walk_run_dirs
 from robustnlu.errors import DataError, RobustNLUError
 from robustnlu.io import atomic_write_json, atomic_write_text
 
-#: sub-directories of a run directory that never hold runs (not walked)
-_SKIP_DIRS = {"checkpoints", "predictions", "csv", "wandb", ".hydra", "__pycache__"}
 FILES = ("efficiency.json", "efficiency.md", "efficiency.png")
 
 
@@ -77,15 +74,6 @@ class EfficiencyRun:
         return Point(self.percent, self.metric, self.seed)
 
 
-def _results_files(root: Path) -> list[Path]:
-    found = []
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
-        if "results.json" in files:
-            found.append(Path(folder) / "results.json")
-    return sorted(found)
-
-
 def _number(value: Any, path: Path, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise DataError(path, None, f"{key} must be a finite number, got {value!r}")
@@ -93,14 +81,7 @@ def _number(value: Any, path: Path, key: str) -> float:
 
 
 def _parse(path: Path, metric: str) -> EfficiencyRun | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise DataError(path, err.lineno, f"invalid JSON: {err.msg}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise DataError(path, None, f"cannot read: {err}") from None
-    if not isinstance(data, dict):
-        raise DataError(path, None, "expected a JSON object")
+    data = read_json_object(path)
     eff = data.get("efficiency")
     if eff is None:
         return None
@@ -146,7 +127,7 @@ def load_points(dirs: Sequence[Path], metric: str = "frame_acc") -> list[Efficie
         d = Path(d)
         if not d.is_dir():
             raise EfficiencyError(f"{d}: not a directory")
-        for path in _results_files(d):
+        for path in (f / "results.json" for f in walk_run_dirs(d) if (f / "results.json").is_file()):
             key = path.resolve()
             if key in seen:
                 continue
