@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install run noise-study test test-slow test-gpu bench clean
+.PHONY: install run noise-study efficiency-study test test-slow test-gpu bench clean
 
 install: $(STAMP)
 
@@ -36,6 +36,13 @@ NOISE_DIR ?= outputs/noise-study/$(RUN_STAMP)
 noise-study: install
 	$(PY) -m robustnlu -m augment=none,misspelling trainer.max_epochs=2 'suite=[noisy_nlu]' hydra.sweep.dir=$(NOISE_DIR)
 	$(PY) -m robustnlu.analysis.robustness $(NOISE_DIR)/0-* $(NOISE_DIR)/1-*
+
+# The data-efficiency protocol on TOPv2 weather at a CPU budget (README "How much data do I need?"):
+# the paper's 10 subsets, seed 0, 1 epoch each, 300 utterances per source domain and split (~40 min).
+EFFICIENCY_DIR ?= outputs/efficiency-study/$(RUN_STAMP)
+efficiency-study: install
+	$(PY) -m robustnlu.efficiency --seeds 0 target=weather trainer.max_epochs=1 efficiency.source_limit=300 \
+		'~callbacks.progress_bar' trainer.enable_progress_bar=false hydra.sweep.dir=$(EFFICIENCY_DIR)
 
 # The default suite (fast); `make test-slow` adds the slow tests.
 test: install

@@ -119,8 +119,9 @@ def prepare(cfg: DictConfig) -> RunParts:
     if efficiency and efficiency.info["mode"] == "adapt":
         load_source_model(module, Path(efficiency.info["init_from"]))
         if conatural:
-            module.source_fisher = source_fisher(module, tokenizer, efficiency.source_train, cfg.optimizer.fisher_samples,
-                                                 cfg.seed, cfg.data.max_length)
+            opt = cfg.optimizer
+            module.source_fisher = source_fisher(module, tokenizer, efficiency.source_train, opt.fisher_samples, cfg.seed,
+                                                 cfg.data.max_length, opt.damping, opt.gamma)
     return RunParts(corpus, drift_split, datamodule, module, augmentation, efficiency)
 
 

@@ -12,7 +12,7 @@ import torch
 
 from robustnlu.data.datamodule import Collator, encode_utterances
 from robustnlu.data.utterance import Utterance
-from robustnlu.efficiency.conatural import empirical_fisher
+from robustnlu.efficiency.conatural import RollingFisher, empirical_fisher
 from robustnlu.efficiency.subsets import seeded_sample
 from robustnlu.errors import ConfigError
 from robustnlu.evaluate import score
@@ -48,9 +48,10 @@ def source_forgetting(before: Mapping[str, float], after: Mapping[str, float]) -
 
 
 def source_fisher(module: SLUModule, tokenizer, utterances: Sequence[Utterance], n: int, seed: int,
-                  max_length: int) -> list[torch.Tensor]:
-    """The diagonal empirical Fisher of the source task at the source model (thesis Eq. 7.7,
-    approximations 1-3): per-example squared gradients of the encoder's parameters of
+                  max_length: int, damping: float, gamma: float) -> list[torch.Tensor]:
+    """The rolling diagonal Fisher after the source task (thesis Eq. 7.7-7.9): F̃_1 = γ F_S +
+    (1 − γ) F̃_0 with F̃_0 = (α/γ)·1, where F_S is the empirical Fisher at the source model
+    (approximations 1-3): per-example squared gradients of the encoder's parameters of
     −log p(y|x) = Σ_words slot cross-entropy + intent cross-entropy, over ``n`` seeded source
     training utterances, one at a time (no padding; vmap over BERT fails with a mask), in eval
     mode (no dropout), normalised to sum to the parameter count."""
@@ -66,7 +67,9 @@ def source_fisher(module: SLUModule, tokenizer, utterances: Sequence[Utterance],
         n_words = (batch["slot_labels"] != -100).sum().clamp_min(1)  # the slot loss is a per-word mean
         return (losses.slot * n_words + losses.intent).squeeze(0)
 
+    params = list(model.encoder.parameters())
     try:
-        return empirical_fisher(list(model.encoder.parameters()), (lambda e=e: nll(e) for e in enumerate(encoded)))
+        fisher = empirical_fisher(params, (lambda e=e: nll(e) for e in enumerate(encoded)))
     finally:
         model.train(training)
+    return RollingFisher(params, damping=damping, gamma=gamma).update(fisher)

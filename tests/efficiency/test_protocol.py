@@ -126,3 +126,9 @@ def test_adapting_a_source_model_records_the_source_forgetting(topv2_cut, tmp_pa
     adapted_ckpt = torch.load(adapted_dir / adapted["best_checkpoint"], weights_only=True)
     assert adapted_ckpt["hyper_parameters"]["vocab"] == source_ckpt["hyper_parameters"]["vocab"]
     assert adapted_ckpt["hyper_parameters"]["optimizer"]["name"] == "conatural"
+    # the preconditioner is the rolling Fisher after the source task: 0.9 F_S + 0.1 (α/0.9),
+    # with F_S normalised to sum to the encoder's parameter count (α = damping = 10)
+    fisher = [v["fisher"] for v in adapted_ckpt["optimizer_states"][0]["state"].values() if "fisher" in v]
+    n = sum(f.numel() for f in fisher)
+    assert n == sum(v.numel() for k, v in adapted_ckpt["state_dict"].items() if k.startswith("model.encoder."))
+    assert sum(float(f.double().sum()) for f in fisher) == pytest.approx(n * (0.9 + 0.1 * 10 / 0.9), rel=1e-4)
