@@ -38,7 +38,7 @@ noise-study: install
 	$(PY) -m robustnlu.analysis.robustness $(NOISE_DIR)/0-* $(NOISE_DIR)/1-*
 
 # The data-efficiency protocol on TOPv2 weather at a CPU budget (README "How much data do I need?"):
-# the paper's 10 subsets, seed 0, 1 epoch each, 300 utterances per source domain and split (~40 min).
+# the paper's 10 subsets, seed 0, 1 epoch each, 300 utterances per source domain and split (33 min here).
 EFFICIENCY_DIR ?= outputs/efficiency-study/$(RUN_STAMP)
 efficiency-study: install
 	$(PY) -m robustnlu.efficiency --seeds 0 target=weather trainer.max_epochs=1 efficiency.source_limit=300 \

@@ -37,7 +37,7 @@ from robustnlu.data.datamodule import SLUDataModule
 from robustnlu.data.utterance import Corpus
 from robustnlu.data.readers import load_corpus
 from robustnlu.distributed import check_launch
-from robustnlu.efficiency.adapt import load_source_model, score_sources, source_fisher, source_forgetting
+from robustnlu.efficiency.adapt import prepare_adaptation, score_sources, source_forgetting
 from robustnlu.efficiency.subsets import EfficiencySplit, efficiency_split
 from robustnlu.errors import ConfigError
 from robustnlu.evaluate import evaluate_suites, write_robustness
@@ -112,16 +112,7 @@ def prepare(cfg: DictConfig) -> RunParts:
     encoder = build_encoder(cfg.encoder, vocab_size=len(tokenizer))
     datamodule = SLUDataModule(trained_on, tokenizer, vocab, seed=cfg.seed, groups=groups, **cfg.data)
     module = SLUModule.from_config(cfg, vocab, trained_on.intents(), encoder)
-    conatural = cfg.optimizer.get("name") == "conatural"
-    if conatural and not (efficiency and efficiency.info["mode"] == "adapt"):
-        raise ConfigError("optimizer=conatural preconditions with the source task's Fisher: use it with "
-                          "efficiency=topv2 efficiency.mode=adapt")
-    if efficiency and efficiency.info["mode"] == "adapt":
-        load_source_model(module, Path(efficiency.info["init_from"]))
-        if conatural:
-            opt = cfg.optimizer
-            module.source_fisher = source_fisher(module, tokenizer, efficiency.source_train, opt.fisher_samples, cfg.seed,
-                                                 cfg.data.max_length, opt.damping, opt.gamma)
+    prepare_adaptation(module, tokenizer, efficiency, cfg.optimizer, cfg.seed, cfg.data.max_length)
     return RunParts(corpus, drift_split, datamodule, module, augmentation, efficiency)
 
 

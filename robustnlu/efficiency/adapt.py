@@ -7,17 +7,34 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from robustnlu.data.datamodule import Collator, encode_utterances
 from robustnlu.data.utterance import Utterance
 from robustnlu.efficiency.conatural import RollingFisher, empirical_fisher
-from robustnlu.efficiency.subsets import seeded_sample
+from robustnlu.efficiency.subsets import EfficiencySplit, seeded_sample
 from robustnlu.errors import ConfigError
 from robustnlu.evaluate import score
 from robustnlu.module import SLUModule
 from robustnlu.predict import Predictor
+
+
+def prepare_adaptation(module: SLUModule, tokenizer, efficiency: EfficiencySplit | None, optimizer: Mapping[str, Any],
+                       seed: int, max_length: int) -> None:
+    """Under ``efficiency.mode=adapt``: the source model's weights into ``module`` and, with
+    ``optimizer=conatural``, the source task's Fisher (`source_fisher`) for its optimiser."""
+    adapting = efficiency is not None and efficiency.info["mode"] == "adapt"
+    conatural = optimizer.get("name") == "conatural"
+    if conatural and not adapting:
+        raise ConfigError("optimizer=conatural preconditions with the source task's Fisher: use it with "
+                          "efficiency=topv2 efficiency.mode=adapt")
+    if adapting:
+        load_source_model(module, Path(efficiency.info["init_from"]))
+        if conatural:
+            module.source_fisher = source_fisher(module, tokenizer, efficiency.source_train, optimizer["fisher_samples"],
+                                                 seed, max_length, optimizer["damping"], optimizer["gamma"])
 
 
 def load_source_model(module: SLUModule, checkpoint: Path) -> None:

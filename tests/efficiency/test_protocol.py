@@ -12,10 +12,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from integration_helpers import REPO
+from integration_helpers import FAST, REPO, compose_config, jsonl_overrides, write_snips_sample_jsonl
 from robustnlu.data.readers import load_corpus
 from robustnlu.efficiency.subsets import efficiency_split, nested_subset
 from robustnlu.errors import ConfigError
+from robustnlu.train import prepare
 
 DOMAINS = ("weather", "alarm", "timer")
 
@@ -132,3 +133,10 @@ def test_adapting_a_source_model_records_the_source_forgetting(topv2_cut, tmp_pa
     n = sum(f.numel() for f in fisher)
     assert n == sum(v.numel() for k, v in adapted_ckpt["state_dict"].items() if k.startswith("model.encoder."))
     assert sum(float(f.double().sum()) for f in fisher) == pytest.approx(n * (0.9 + 0.1 * 10 / 0.9), rel=1e-4)
+
+
+def test_conatural_without_a_source_model_is_a_config_error(tmp_path):
+    sample = write_snips_sample_jsonl(tmp_path / "data", n_train=40, n_eval=10)
+    cfg = compose_config([*FAST, *jsonl_overrides(sample), "optimizer=conatural"], tmp_path / "run")
+    with pytest.raises(ConfigError, match="efficiency.mode=adapt"):
+        prepare(cfg)
