@@ -92,18 +92,19 @@ def efficiency_split(dataset_cfg: Mapping[str, Any], eff: Mapping[str, Any], roo
             corpus = Corpus(corpus.name, *(seeded_sample(corpus.split(s), min(int(eff["source_limit"]), len(corpus.split(s))),
                                                          seed, f"{domain}-{s}") for s in SPLITS))
         sources.append(corpus)
-    train = nested_subset(target.train, percent, seed, "train")
+    subset = nested_subset(target.train, percent, seed, "train")
     valid = nested_subset(target.valid, percent, seed, "valid") if eff["valid"] == "same" else target.valid
     source_train = [u for c in sources for u in c.train]
     if eff["mode"] == "joint":
-        train, valid = source_train + train, [u for c in sources for u in c.valid] + valid
-    elif not train or not valid:
-        raise ConfigError(f"efficiency.mode=adapt at {percent}%: {len(train)} target training and {len(valid)} "
+        train, valid = source_train + subset, [u for c in sources for u in c.valid] + valid
+    elif not subset or not valid:
+        raise ConfigError(f"efficiency.mode=adapt at {percent}%: {len(subset)} target training and {len(valid)} "
                           "validation utterances; adapting needs both (valid=full keeps the whole validation split)")
-    info = {"target": target_domain, "percent": percent, "mode": eff["mode"], "subset_size": len(train) - (
-        len(source_train) if eff["mode"] == "joint" else 0), "target_train_size": len(target.train),
-        "sources": {c.name: len(c.train) for c in sources}, "valid": eff["valid"], "subset_seed": seed,
-        "init_from": eff.get("init_from")}
+    else:
+        train = subset
+    info = {"target": target_domain, "percent": percent, "mode": eff["mode"], "subset_size": len(subset),
+            "target_train_size": len(target.train), "sources": {c.name: len(c.train) for c in sources},
+            "valid": eff["valid"], "subset_seed": seed, "init_from": eff.get("init_from")}
     return EfficiencySplit(
         corpus=Corpus(target.name, train, valid, list(target.test)),
         vocab=LabelVocab.from_utterances([*source_train, *target.train]),

@@ -101,12 +101,7 @@ def test_slurm_launcher_runs_a_two_job_sweep_as_slurm_jobs(slurm, tmp_path):
     # Slurm itself: both jobs completed (kept by slurmctld for MinJobAge=300 s after the end).
     # The driver returns when the results are pickled; the job step may still be ending then.
     for job_id in ids:
-        info = _scontrol_job(job_id)
-        for _ in range(60):
-            if info.get("JobState") not in ("RUNNING", "COMPLETING"):
-                break
-            time.sleep(1)
-            info = _scontrol_job(job_id)
+        info = _wait_until_ended(job_id)
         if info:  # absent when a cluster purges finished jobs sooner
             assert info["JobState"] == "COMPLETED", (job_id, info)
             print(f"  job {job_id}: {info['StartTime']} -> {info['EndTime']} on {info.get('NodeList')}")
@@ -122,6 +117,7 @@ def _array_task_id(sweep_dir: Path, task: int) -> str | None:
 
 
 def _wait_until_ended(job_id: str) -> dict[str, str]:
+    """``scontrol show job`` once the job is neither running nor completing (at most ~60 s)."""
     info = _scontrol_job(job_id)
     for _ in range(60):
         if info.get("JobState") not in ("RUNNING", "COMPLETING"):
