@@ -116,14 +116,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     written = write_report(study, args.out)
-    print(f"{len(study.runs)} runs in {len({r.scenario for r in study.runs})} scenarios, "
+    n_scenarios = len({r.scenario for r in study.runs})
+    print(f"{len(study.runs)} runs in {n_scenarios} scenarios, "
           f"{len(study.incomplete)} failed or unfinished; wrote {len(written)} files to {args.out} "
           f"(see {args.out / 'report.md'})")
     if args.wandb:
         config = {"dirs": [str(d) for d in args.dirs], "alpha": args.alpha, "rounds": args.rounds,
                   "seed": args.seed, "rule": args.rule}
         summary = {"n_runs": len(study.runs), "n_incomplete": len(study.incomplete),
-                   "n_scenarios": len({r.scenario for r in study.runs})}
+                   "n_scenarios": n_scenarios}
         import wandb.errors
 
         try:
