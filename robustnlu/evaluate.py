@@ -46,6 +46,7 @@ from robustnlu.noise.casing import tokenizer_ignores_case
 from robustnlu.noise.suite import NoisyPair, load_noisy_suite
 from robustnlu.predict import Predictor
 from robustnlu.seqdrift.pipeline import make_drift_split
+from robustnlu.seqdrift.shipped import SHIPPED_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +150,9 @@ def write_robustness(run_dir: Path, results: Mapping[str, dict[str, Any]], check
 def run_corpus_of(run_cfg: DictConfig) -> Corpus:
     """The run's corpus as it trained on it: its dataset re-split by its drift split (cached)."""
     corpus = load_corpus(run_cfg.dataset, repo_root(run_cfg))
-    return make_drift_split(corpus, run_cfg.drift, run_cfg.validation, run_cfg.paths.cache_dir).apply(corpus)
+    return make_drift_split(
+        corpus, run_cfg.drift, run_cfg.validation, run_cfg.paths.cache_dir, repo_root(run_cfg) / SHIPPED_DIR
+    ).apply(corpus)
 
 
 def evaluate(cfg: DictConfig) -> str:

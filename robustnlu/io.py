@@ -1,14 +1,21 @@
 """Atomic output: every file is written to a temporary sibling and renamed into place, so a
-crash or a bad input never leaves a half-written result behind."""
+crash or a bad input never leaves a half-written result behind; `compute_once` makes
+concurrent processes (a Slurm array on a shared filesystem) compute a cached result once."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
+
+T = TypeVar("T")
 
 UMASK = os.umask(0)  # read once (os.umask can only be read by setting it) and restored at once
 os.umask(UMASK)
@@ -45,3 +52,66 @@ def atomic_write_json(path: str | Path, obj: Any) -> Path:
 
 def atomic_write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
     return atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+CLAIM_HEARTBEAT_S = 15.0  # a claim's owner touches it this often while it computes
+CLAIM_STALE_S = 120.0  # a claim not touched for this long is a dead owner's: taken over
+CLAIM_POLL_S = 0.5  # how often a waiting process looks for the result
+
+
+def compute_once(
+    result: str | Path,
+    load: Callable[[], T | None],
+    compute: Callable[[], T],
+    *,
+    stale_s: float = CLAIM_STALE_S,
+    heartbeat_s: float = CLAIM_HEARTBEAT_S,
+    poll_s: float = CLAIM_POLL_S,
+) -> T:
+    """``load()`` if it finds the result, else ``compute()`` in exactly one of the processes that
+    ask at the same time (on one machine or on a shared filesystem), the others waiting for it.
+
+    The claim is the file ``<result>.claim``, created with ``O_CREAT | O_EXCL`` (atomic, also on
+    NFS v3+) and holding the owner's host and pid; its owner touches it every ``heartbeat_s``
+    while ``compute()`` runs (which must write the result atomically before it returns). A claim
+    untouched for ``stale_s`` belongs to a process that died: it is removed and claimed anew. If
+    ``compute()`` fails, the claim is released and a waiting process takes over.
+    """
+    claim = Path(f"{result}.claim")
+    claim.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        found = load()
+        if found is not None:
+            return found
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666 & ~UMASK)
+        except FileExistsError:
+            try:
+                if time.time() - claim.stat().st_mtime > stale_s:
+                    claim.unlink(missing_ok=True)  # its owner stopped touching it: dead
+                    continue
+            except FileNotFoundError:
+                continue  # released meanwhile
+            time.sleep(poll_s)
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{socket.gethostname()} {os.getpid()}\n")
+        found = load()  # written between our look and our claim
+        if found is not None:
+            claim.unlink(missing_ok=True)
+            return found
+        done = threading.Event()
+
+        def heartbeat() -> None:
+            while not done.wait(heartbeat_s):
+                with contextlib.suppress(OSError):
+                    os.utime(claim)
+
+        beat = threading.Thread(target=heartbeat, daemon=True)
+        beat.start()
+        try:
+            return compute()
+        finally:
+            done.set()
+            beat.join()
+            claim.unlink(missing_ok=True)

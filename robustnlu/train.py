@@ -48,6 +48,7 @@ from robustnlu.noise.augment import augment_corpus
 from robustnlu.predict import Predictor
 from robustnlu.resume import ResumePoint, resume_point, wandb_run_id
 from robustnlu.seqdrift.pipeline import make_drift_split
+from robustnlu.seqdrift.shipped import SHIPPED_DIR
 from robustnlu.seqdrift.split import DriftSplit
 
 PACKAGES = ("robustnlu", "torch", "transformers", "pytorch-lightning", "torchmetrics", "hydra-core")
@@ -104,7 +105,7 @@ def prepare(cfg: DictConfig) -> RunParts:
     if efficiency and cfg.drift.kind != "none":
         raise ConfigError("efficiency=topv2 splits by domain and subset; it does not combine with a drift split")
     corpus = efficiency.corpus if efficiency else load_corpus(cfg.dataset, repo_root(cfg))
-    drift_split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir)
+    drift_split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir, repo_root(cfg) / SHIPPED_DIR)
     corpus = drift_split.apply(corpus)
     trained_on, groups, augmentation = augment_corpus(corpus, drift_split.groups(), cfg.augment, cfg.seed)
     vocab = efficiency.vocab if efficiency else trained_on.vocab()
@@ -187,7 +188,8 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         "seed": cfg.seed,
         "drift": {"kind": cfg.drift.kind, "partial": cfg.drift.get("partial", False),
                   "validation": cfg.validation.kind if cfg.drift.kind != "none" else "dataset",
-                  "split_key": drift_split.key, "split_stats": drift_split.stats},
+                  "split_key": drift_split.key, "clustering": drift_split.info.get("clustering"),
+                  "split_stats": drift_split.stats},
         "metrics": {split: module.evaluations[split]["metrics"] for split in ("valid", "test")},
         "sizes": {split: len(datamodule.corpus.split(split)) for split in ("train", "valid", "test")},
         "augment": augmentation,

@@ -6,11 +6,15 @@ the validation split) while the label distribution is kept close to the training
 
 - `robustnlu.seqdrift.split`: filtering and the split itself (pure; takes cluster ids);
 - `robustnlu.seqdrift.features` / `robustnlu.seqdrift.cluster`: n-gram features, spectral
-  clustering;
+  clustering; `robustnlu.seqdrift.kmeans`: its k-means, tie-aware so that the machine's BLAS
+  kernel does not decide it;
+- `robustnlu.seqdrift.shipped`: the canonical clusterings shipped in ``data/seqdrift/`` (the
+  default: the same split on every machine; ``drift.clusters``);
 - `robustnlu.seqdrift.stats`: Table-4-like statistics;
-- `robustnlu.seqdrift.artifact`: the content-addressed cache;
+- `robustnlu.seqdrift.artifact`: the content-addressed cache (computed once under concurrency);
 - `robustnlu.seqdrift.pipeline`: `make_drift_split`, everything chained and cached;
-- ``python -m robustnlu.seqdrift``: the command line (conf/seqdrift.yaml).
+- ``python -m robustnlu.seqdrift``: the command line (conf/seqdrift.yaml; ``--verify``);
+  ``python -m robustnlu.seqdrift.canonical``: check, verify or write the shipped clusterings.
 """
 
 from robustnlu.seqdrift.pipeline import make_drift_split

@@ -1,4 +1,4 @@
-"""``python -m robustnlu.seqdrift [overrides] [--inspect[=N]]``: make a SeqDrift split.
+"""``python -m robustnlu.seqdrift [overrides] [--inspect[=N]] [--verify]``: make a SeqDrift split.
 
 A Hydra app over ``conf/seqdrift.yaml`` (the ``dataset``, ``drift`` and ``validation`` groups of
 a training run). It computes the split, or reuses it from ``<cache_dir>/seqdrift/<key>/``,
@@ -6,6 +6,10 @@ writes ``split.json``, ``stats.json`` and ``stats.txt`` to the run directory and
 statistics table. ``--inspect`` (``--inspect=N``) also prints the 5 (N) largest test drift
 clusters, a few utterances each, like the paper's Table 5; it is rewritten to the override
 ``inspect=5`` (``inspect=N``) before Hydra reads the command line, so ``inspect=N`` works too.
+
+``--verify`` (``verify=true``) writes nothing: it computes the clustering of the selected dataset
+and drift config on this machine and compares it with the shipped canonical one
+(`robustnlu.seqdrift.shipped`): exit 0 if identical, 1 if not (with the adjusted Rand index).
 
 Bad input or options print one line ``error: ...`` and exit with code 2 (no traceback, no run
 directory left behind).
@@ -26,12 +30,15 @@ from robustnlu.errors import ConfigError
 DEFAULT_INSPECT = 5
 
 
-def rewrite_inspect(argv: list[str]) -> list[str]:
-    """``--inspect`` -> ``inspect=5``, ``--inspect=N`` -> ``inspect=N``; the rest unchanged."""
+def rewrite_flags(argv: list[str]) -> list[str]:
+    """``--inspect`` -> ``inspect=5``, ``--inspect=N`` -> ``inspect=N``, ``--verify`` ->
+    ``verify=true``; the rest unchanged."""
     out = []
     for arg in argv:
         if arg == "--inspect":
             out.append(f"inspect={DEFAULT_INSPECT}")
+        elif arg == "--verify":
+            out.append("verify=true")
         elif arg.startswith("--inspect="):
             out.append(f"inspect={arg.split('=', 1)[1]}")
         else:
@@ -76,19 +83,35 @@ def inspect_clusters(split, corpus, n_clusters: int, n_examples: int) -> str:
     return "\n".join(lines)
 
 
+def verify_clustering(cfg: DictConfig) -> None:
+    """``--verify``: this machine's clustering against the shipped one; exit 1 if they differ."""
+    from robustnlu.seqdrift.canonical import preset_of, verify
+    from robustnlu.seqdrift.shipped import SHIPPED_DIR
+
+    if cfg.verify is not True:
+        raise ConfigError(f"verify: {cfg.verify!r} is not true or false")
+    preset = preset_of(cfg, f"{cfg.dataset.name}-{cfg.drift.kind}")
+    if not verify(preset, repo_root(cfg) / SHIPPED_DIR):
+        raise SystemExit(1)
+
+
 def run(cfg: DictConfig) -> None:
     from robustnlu.data.readers import load_corpus
     from robustnlu.io import atomic_write_text
     from robustnlu.seqdrift.artifact import write_split_files
     from robustnlu.seqdrift.pipeline import make_drift_split
+    from robustnlu.seqdrift.shipped import SHIPPED_DIR
     from robustnlu.seqdrift.stats import format_table
 
     for key in ("inspect", "inspect_examples"):
         value = cfg.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ConfigError(f"{key}: {value!r} is not a non-negative integer")
+    if cfg.verify is not False:
+        verify_clustering(cfg)
+        return
     corpus = load_corpus(cfg.dataset, repo_root(cfg))
-    split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir)
+    split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir, repo_root(cfg) / SHIPPED_DIR)
     out_dir = Path(cfg.paths.output_dir)
     table = format_table(split.stats)
     write_split_files(out_dir, split)
@@ -105,5 +128,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv = rewrite_inspect(sys.argv)
+    sys.argv = rewrite_flags(sys.argv)
     main()

@@ -1,4 +1,4 @@
-"""The content-addressed cache of SeqDrift splits.
+"""The content-addressed cache of SeqDrift splits and clusterings.
 
 A split is stored as ``<cache_dir>/seqdrift/<key>/split.json`` (canonical JSON, see
 `DriftSplit.to_json`) with ``stats.json`` beside it. ``key`` is the sha256 of
@@ -7,18 +7,24 @@ A split is stored as ``<cache_dir>/seqdrift/<key>/split.json`` (canonical JSON, 
   uid, tokens, tags and intent; equivalent to hashing the input files' content, and
   independent of where the files lie;
 - the split config (drift + validation, canonical JSON, the seed included);
-- `ALGORITHM_VERSION` and `CLUSTERS_VERSION`: bump the first whenever a change to filtering,
-  splitting or the statistics changes what a config produces, the second for a change to the
-  features or the clustering (it also keys the cluster cache below).
+- the clustering it was built from: its source (``shipped`` or ``computed``) and the sha256 of
+  its uid -> cluster rows (`Clustering.record`). Two machines whose computed clusterings differ
+  (another BLAS kernel, README "One benchmark for everyone") therefore never store two
+  different splits under one key;
+- `ALGORITHM_VERSION`: bump it whenever a change to filtering, splitting or the statistics
+  changes what a config produces (`CLUSTERS_VERSION` for the features or the clustering).
 
-The cluster ids are cached on their own as ``<cache_dir>/seqdrift/clusters/<key>.json``, keyed
-by the filtered utterances (uid, tokens, tags, intent) and the feature and clustering options
-(kind, n-gram sizes, top n-grams, number of clusters, affinity, seed): the full/partial and
-i.i.d./o.o.d. variants of a split share one clustering, the expensive step.
+The computed cluster ids are cached on their own as ``<cache_dir>/seqdrift/clusters/<key>.json``,
+keyed by `clusters_key`: the filtered utterances (uid, tokens, tags, intent), the feature and
+clustering options (kind, n-gram sizes, top n-grams, number of clusters, affinity, seed) and
+`CLUSTERS_VERSION`: the full/partial and i.i.d./o.o.d. variants of a split share one
+clustering, the expensive step. The same key finds a shipped clustering
+(`robustnlu.seqdrift.canonical`).
 
 Files are written atomically (`robustnlu.io`: temporary sibling + rename), ``stats.json``
-first and ``split.json`` last: a directory with ``split.json`` is complete. Two processes
-computing the same key write the same bytes, so the last rename wins harmlessly.
+first and ``split.json`` last: a directory with ``split.json`` is complete. Each entry is
+computed once however many processes ask for it at the same time (`robustnlu.io.compute_once`:
+the jobs of a Slurm array starting together on a shared filesystem).
 """
 
 from __future__ import annotations
@@ -26,19 +32,22 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 from robustnlu.data.utterance import SPLITS, Corpus, Utterance
-from robustnlu.io import atomic_write_json, atomic_write_text
+from robustnlu.io import atomic_write_json, atomic_write_text, compute_once
 from robustnlu.seqdrift.split import DriftSplit, SplitConfig
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
-ALGORITHM_VERSION = 1  # filtering + splitting + statistics
-CLUSTERS_VERSION = 1  # features + clustering
+ALGORITHM_VERSION = 2  # filtering + splitting + statistics; 2: the key holds the clustering's record
+CLUSTERS_VERSION = 2  # features + clustering; 2: tie-aware k-means (robustnlu.seqdrift.kmeans)
 SPLIT_FILE = "split.json"
 STATS_FILE = "stats.json"
 
@@ -53,8 +62,38 @@ def corpus_digest(corpus: Corpus) -> str:
     return h.hexdigest()
 
 
-def cache_key(corpus: Corpus, cfg: SplitConfig) -> str:
-    payload = {"algorithm": ALGORITHM_VERSION, "clusters": CLUSTERS_VERSION, "corpus": corpus_digest(corpus), "config": cfg.to_dict()}
+@dataclass(frozen=True)
+class Clustering:
+    """Cluster ids of the filtered utterances (``-1``: isolated) and where they came from:
+    ``source`` is ``shipped`` (``file`` in data/seqdrift/) or ``computed`` (on this machine)."""
+
+    uids: tuple[str, ...]
+    ids: np.ndarray
+    source: str
+    key: str
+    file: str | None = None
+
+    @property
+    def sha256(self) -> str:
+        """The digest of the uid -> cluster rows: equal digests, equal clusterings."""
+        rows = json.dumps([[u, int(c)] for u, c in zip(self.uids, self.ids)], ensure_ascii=False)
+        return hashlib.sha256(rows.encode("utf-8")).hexdigest()
+
+    def record(self) -> dict[str, str]:
+        """What a split, its key and a run's results.json record of the clustering."""
+        out = {"source": self.source, "clusters_key": self.key, "sha256": self.sha256}
+        if self.file:
+            out["file"] = self.file
+        return out
+
+
+def cache_key(corpus: Corpus, cfg: SplitConfig, clustering: Clustering) -> str:
+    payload = {
+        "algorithm": ALGORITHM_VERSION,
+        "clustering": {"source": clustering.source, "sha256": clustering.sha256},
+        "corpus": corpus_digest(corpus),
+        "config": cfg.to_dict(),
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -93,6 +132,12 @@ def save_clusters(cache_dir: str | Path, key: str, uids: Sequence[str], clusters
     path = clusters_path(cache_dir, key)
     atomic_write_text(path, json.dumps({"clusters": [int(c) for c in clusters], "key": key, "uids": list(uids)}) + "\n")
     return path
+
+
+def cached_computation(cache_dir: str | Path, key: str, load: Callable[[], T | None], compute: Callable[[], T]) -> T:
+    """`robustnlu.io.compute_once` for the cache entry ``key`` (a split or a clustering)."""
+    claim = Path(cache_dir) / "seqdrift" / "claims" / key
+    return compute_once(claim, load, compute)
 
 
 def artifact_dir(cache_dir: str | Path, key: str) -> Path:
@@ -137,7 +182,9 @@ def write_split_files(folder: str | Path, split: DriftSplit) -> None:
 __all__ = [
     "ALGORITHM_VERSION",
     "CLUSTERS_VERSION",
+    "Clustering",
     "artifact_dir",
+    "cached_computation",
     "cache_key",
     "clusters_key",
     "corpus_digest",

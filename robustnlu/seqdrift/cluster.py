@@ -6,7 +6,8 @@ semantics:
 
 - ``affinity="dense"``, the paper's recipe: ``A = cosine_similarity(X)`` is materialised
   (n x n; 1.7 GB for SNIPS) and given to ``SpectralClustering(affinity="precomputed",
-  assign_labels="kmeans", random_state=seed)``. For small data and for comparison.
+  assign_labels="kmeans", random_state=seed)``. For small data and for comparison; its
+  scikit-learn k-means follows the machine's BLAS kernel (see below).
 - ``affinity="scalable"`` (default) never forms A. With L2-normalised non-negative rows X,
   A = X Xᵀ. scikit-learn's normalised Laplacian (``scipy.sparse.csgraph.laplacian(normed=True)``)
   ignores A's diagonal, so the graph is A' = X Xᵀ − diag(‖xᵢ‖²) with degrees
@@ -15,11 +16,14 @@ semantics:
   (ARPACK, shift-invert); these are the K *largest* of M = D^-½ A' D^-½, found here with
   ``eigsh(which="LA")`` on a ``LinearOperator``: M v = D^-½ (X (Xᵀ D^-½ v) − ‖x‖² ⊙ D^-½ v).
   Then, as scikit-learn does: embedding = eigenvectors (ascending eigenvalue of L) / √d,
-  deterministic sign flip (each column's largest-magnitude entry positive), and ``k_means``
-  with SpectralClustering's defaults (n_init = 10) on the embedding rows. The random state is
-  used as scikit-learn uses it: ``RandomState(seed)`` first draws the ARPACK start vector
-  (n uniform draws on [−1, 1]), then seeds k-means; so the same embedding gives the same
-  k-means as the dense path. LOBPCG was measured and rejected: 107 s instead of 1.1 s on ATIS.
+  deterministic sign flip (each column's largest-magnitude entry positive), and k-means with
+  SpectralClustering's defaults (k-means++, n_init = 10) on the embedding rows — our
+  `robustnlu.seqdrift.kmeans.stable_kmeans`, whose discrete choices are tie-aware so that the
+  BLAS kernel of the machine does not decide them (scikit-learn's ``k_means`` gave clusterings
+  at ARI 0.44 on SNIPS under two OpenBLAS kernels; README "One benchmark for everyone"). The
+  random state is used as scikit-learn uses it: ``RandomState(seed)`` first draws the ARPACK
+  start vector (n uniform draws on [−1, 1]), then seeds k-means. LOBPCG was measured and
+  rejected: 107 s instead of 1.1 s on ATIS.
 
 Isolated utterances. A row with no feature, or whose features no other row has, has degree 0:
 ``laplacian(normed=True)`` gives it an all-zero row and column (eigenvalue 0 of L, i.e. one
@@ -53,12 +57,13 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import LinearOperator, eigsh
-from sklearn.cluster import SpectralClustering, k_means
+from sklearn.cluster import SpectralClustering
 from sklearn.manifold import spectral_embedding as sklearn_spectral_embedding
 from sklearn.metrics.pairwise import cosine_similarity
 from sklearn.preprocessing import normalize
 
 from robustnlu.errors import ConfigError
+from robustnlu.seqdrift.kmeans import stable_kmeans
 
 Affinity = Literal["scalable", "dense"]
 AFFINITIES = ("scalable", "dense")
@@ -119,7 +124,7 @@ def spectral_clusters(
         return labels
     rng = np.random.RandomState(seed)  # ARPACK start vector first, then k-means: as sklearn
     emb = _scalable_embedding(Xn[kept], n_clusters, rng, kept)
-    _, labels[kept], _ = k_means(emb.embedding, n_clusters, random_state=rng, n_init=N_INIT)
+    labels[kept] = stable_kmeans(emb.embedding, n_clusters, rng, n_init=N_INIT)
     return labels
 
 

@@ -1,9 +1,9 @@
-"""`make_drift_split`: filter -> n-gram features -> spectral clusters -> split -> statistics,
-cached as a content-addressed artifact (`robustnlu.seqdrift.artifact`).
+"""`make_drift_split`: filter -> clusters (shipped, or n-gram features -> spectral clusters) ->
+split -> statistics, cached as a content-addressed artifact (`robustnlu.seqdrift.artifact`).
 
 Typical use (the training run)::
 
-    split = make_drift_split(corpus, cfg.drift, cfg.validation, cache_dir)
+    split = make_drift_split(corpus, cfg.drift, cfg.validation, cache_dir, shipped_dir)
     corpus = split.apply(corpus)          # the new train/valid/test
     groups = split.groups()               # uid -> cluster id, for group-DRO methods
 
@@ -23,15 +23,18 @@ import numpy as np
 from robustnlu.data.utterance import Corpus
 from robustnlu.errors import ConfigError
 from robustnlu.seqdrift.artifact import (
+    Clustering,
     artifact_dir,
     cache_key,
+    cached_computation,
     clusters_key,
     load_clusters,
     load_split,
     save_clusters,
     save_split,
 )
-from robustnlu.seqdrift.split import DriftSplit, SplitConfig, filter_utterances, identity_split, split_by_clusters
+from robustnlu.seqdrift.shipped import MANIFEST_FILE, SHIPPED_DIR, shipped_clustering
+from robustnlu.seqdrift.split import DriftSplit, Filtered, SplitConfig, filter_utterances, identity_split, split_by_clusters
 from robustnlu.seqdrift.stats import split_statistics
 
 logger = logging.getLogger(__name__)
@@ -60,37 +63,70 @@ def cluster_utterances(utterances, cfg: SplitConfig) -> np.ndarray:
     return clusters
 
 
-def cached_clusters(utterances, cfg: SplitConfig, cache_dir: str | Path | None) -> np.ndarray:
-    """`cluster_utterances`, through the cluster cache of `robustnlu.seqdrift.artifact`."""
-    if cache_dir is None:
-        return cluster_utterances(utterances, cfg)
+def resolve_clustering(utterances, cfg: SplitConfig, cache_dir: str | Path | None, shipped_dir: str | Path | None) -> Clustering:
+    """The clustering of the filtered ``utterances``: the shipped one (``drift.clusters`` auto or
+    shipped, `robustnlu.seqdrift.shipped`) or a computed one, through the cluster cache."""
     key = clusters_key(utterances, cfg)
-    uids = [u.uid for u in utterances]
-    clusters = load_clusters(cache_dir, key, uids)
-    if clusters is not None:
+    uids = tuple(u.uid for u in utterances)
+    if cfg.clusters != "compute" and shipped_dir is not None:
+        shipped = shipped_clustering(shipped_dir, key, uids)
+        if shipped is not None:
+            logger.info("using the shipped clustering %s", shipped.file)
+            return shipped
+    if cfg.clusters == "shipped":
+        raise ConfigError(
+            f"drift.clusters: no shipped clustering for this corpus and drift config ({SHIPPED_DIR}/"
+            f"{MANIFEST_FILE} lists them); drift.clusters=compute computes one"
+        )
+    logger.info("computing the %s clustering (none shipped for this config; the result can depend on "
+                "the machine, README 'One benchmark for everyone')", cfg.kind)
+
+    def computed(ids) -> Clustering:
+        return Clustering(uids, np.asarray(ids, dtype=np.int64), "computed", key)
+
+    if cache_dir is None:
+        return computed(cluster_utterances(utterances, cfg))
+
+    def load() -> Clustering | None:
+        ids = load_clusters(cache_dir, key, uids)
+        if ids is None:
+            return None
         logger.info("reusing cached clusters %s", key[:12])
-        return clusters
-    clusters = np.asarray(cluster_utterances(utterances, cfg), dtype=np.int64)
-    save_clusters(cache_dir, key, uids, clusters)
-    return clusters
+        return computed(ids)
+
+    def compute() -> Clustering:
+        clustering = computed(cluster_utterances(utterances, cfg))
+        save_clusters(cache_dir, key, uids, clustering.ids)
+        return clustering
+
+    return cached_computation(cache_dir, f"clusters-{key}", load, compute)
 
 
-def compute_drift_split(corpus: Corpus, cfg: SplitConfig, stats: bool = True, cache_dir: str | Path | None = None) -> DriftSplit:
-    """The computation behind `make_drift_split` (``cache_dir``: where clusterings are cached)."""
-    if cfg.kind == "none":
-        split = identity_split(corpus, cfg)
-    else:
+def split_from_clustering(corpus: Corpus, cfg: SplitConfig, filtered: Filtered, clustering: Clustering, cache_dir: str | Path | None) -> DriftSplit:
+    """The split (with statistics) of ``filtered`` by ``clustering``, through the split cache."""
+    key = cache_key(corpus, cfg, clustering)
+
+    def compute() -> DriftSplit:
         started = time.time()
-        filtered = filter_utterances(corpus.all(), cfg)
-        n = len(filtered.utterances)
-        if n <= cfg.n_clusters:
-            raise ConfigError(f"drift.n_clusters: {cfg.n_clusters} clusters for {n} utterances left after filtering")
-        clusters = cached_clusters(filtered.utterances, cfg, cache_dir)
-        split = split_by_clusters(filtered, clusters, cfg)
-        logger.info("SeqDrift split of %s computed in %.1f s", corpus.name, time.time() - started)
-    if stats:
+        split = split_by_clusters(filtered, clustering.ids, cfg)
+        split.info["clustering"] = clustering.record()
+        split.key = key
         split.stats = split_statistics(split, corpus, seed=cfg.seed)
-    return split
+        logger.info("SeqDrift split of %s computed in %.1f s", corpus.name, time.time() - started)
+        if cache_dir is not None:
+            logger.info("wrote split %s", save_split(cache_dir, split))
+        return split
+
+    if cache_dir is None:
+        return compute()
+
+    def load() -> DriftSplit | None:
+        cached = load_split(cache_dir, key)
+        if cached is not None:
+            logger.info("reusing cached split %s", artifact_dir(cache_dir, key))
+        return cached
+
+    return cached_computation(cache_dir, key, load, compute)
 
 
 def make_drift_split(
@@ -98,25 +134,23 @@ def make_drift_split(
     drift_cfg: Mapping[str, Any] | None,
     validation_cfg: Mapping[str, Any] | None = None,
     cache_dir: str | Path | None = None,
+    shipped_dir: str | Path | None = None,
 ) -> DriftSplit:
-    """The SeqDrift split of ``corpus`` for ``cfg.drift`` and ``cfg.validation``, read from
-    ``<cache_dir>/seqdrift/<key>/`` when it was computed before (``cache_dir=None``: no
-    cache). Bad options raise `ConfigError`."""
+    """The SeqDrift split of ``corpus`` for ``cfg.drift`` and ``cfg.validation``, from the
+    shipped clustering in ``shipped_dir`` when one matches (`robustnlu.seqdrift.shipped`),
+    read from ``<cache_dir>/seqdrift/<key>/`` when it was computed before (``cache_dir=None``:
+    no cache). Bad options raise `ConfigError`."""
     cfg = SplitConfig.from_configs(drift_cfg, validation_cfg)
     if cfg.kind == "none":
-        return compute_drift_split(corpus, cfg)
-    key = cache_key(corpus, cfg)
-    if cache_dir is not None:
-        cached = load_split(cache_dir, key)
-        if cached is not None:
-            logger.info("reusing cached split %s", artifact_dir(cache_dir, key))
-            return cached
-    split = compute_drift_split(corpus, cfg, cache_dir=cache_dir)
-    split.key = key
-    if cache_dir is not None:
-        folder = save_split(cache_dir, split)
-        logger.info("wrote split %s", folder)
-    return split
+        split = identity_split(corpus, cfg)
+        split.stats = split_statistics(split, corpus, seed=cfg.seed)
+        return split
+    filtered = filter_utterances(corpus.all(), cfg)
+    n = len(filtered.utterances)
+    if n <= cfg.n_clusters:
+        raise ConfigError(f"drift.n_clusters: {cfg.n_clusters} clusters for {n} utterances left after filtering")
+    clustering = resolve_clustering(filtered.utterances, cfg, cache_dir, shipped_dir)
+    return split_from_clustering(corpus, cfg, filtered, clustering, cache_dir)
 
 
-__all__ = ["cluster_utterances", "compute_drift_split", "make_drift_split"]
+__all__ = ["cluster_utterances", "make_drift_split", "resolve_clustering", "split_from_clustering"]

@@ -94,6 +94,7 @@ DRIFT_KINDS = ("none", "slot_value", "slot_context")
 VALIDATION_KINDS = ("iid", "ood")
 RARE_SLOT_POLICIES = ("relabel_o", "drop_utterance")
 AFFINITIES = ("scalable", "dense")
+CLUSTER_SOURCES = ("auto", "shipped", "compute")  # drift.clusters: see robustnlu.seqdrift.shipped
 SPLIT_NAMES = (*SPLITS, "removed")
 FORMAT = "robustnlu-seqdrift-split/1"
 
@@ -125,6 +126,7 @@ class SplitConfig:
     valid_fraction: float = 0.1
     affinity: str = "scalable"
     seed: int = 0
+    clusters: str = "auto"  # how the clustering is obtained, not what the split is: not in to_dict
     validation: str = "iid"  # cfg.validation.kind
     hold_out_both: bool = False  # cfg.validation.hold_out_both
 
@@ -173,6 +175,8 @@ class SplitConfig:
             raise bad("drift.rare_slots", f"{self.rare_slots!r} is not one of {list(RARE_SLOT_POLICIES)}")
         if self.affinity not in AFFINITIES:
             raise bad("drift.affinity", f"{self.affinity!r} is not one of {list(AFFINITIES)}")
+        if self.clusters not in CLUSTER_SOURCES:
+            raise bad("drift.clusters", f"{self.clusters!r} is not one of {list(CLUSTER_SOURCES)}")
         if not 0 < self.partial_fraction <= 1:
             raise bad("drift.partial_fraction", f"{self.partial_fraction} is not in (0, 1]")
         for key in ("test_fraction", "valid_fraction"):
@@ -196,6 +200,7 @@ class SplitConfig:
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The canonical nested form ``{"drift": {...}, "validation": {...}}`` (cache key, files)."""
         values = asdict(self)
+        del values["clusters"]  # the split depends on the clustering itself (its record, in the key)
         validation = {"kind": values.pop("validation"), "hold_out_both": values.pop("hold_out_both")}
         drift = {"kind": "none"} if self.kind == "none" else values
         return {"drift": drift, "validation": validation}

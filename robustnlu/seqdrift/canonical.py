@@ -1,0 +1,166 @@
+"""``python -m robustnlu.seqdrift.canonical {check,verify,write} [NAME ...]``: the canonical
+clusterings shipped in ``data/seqdrift/`` (`robustnlu.seqdrift.shipped`).
+
+- ``check`` (fast): rebuild the split of every scenario (full/partial x i.i.d./o.o.d.) from each
+  shipped clustering and compare its ``split.json`` with the sha256 in ``MANIFEST.json``;
+- ``verify``: compute each clustering afresh on this machine and compare it with the shipped
+  one (identical, or the adjusted Rand index and the share of utterances placed alike);
+- ``write``: compute the clusterings and write them with the manifest (what the maintainers ran
+  to make ``data/seqdrift/``; see its SOURCE.md).
+
+NAME is ``<dataset>-<kind>`` (``snips-slot_context``; default: all of `CANONICAL`). Exit 0 when
+everything agrees, 1 when something differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig
+
+from robustnlu.cli import REPO_ROOT, compose_run_config, repo_root
+from robustnlu.data.readers import load_corpus
+from robustnlu.data.utterance import Corpus
+from robustnlu.errors import ConfigError, RobustNLUError
+from robustnlu.seqdrift.artifact import CLUSTER_OPTIONS, Clustering, clusters_key
+from robustnlu.seqdrift.pipeline import cluster_utterances, split_from_clustering
+from robustnlu.seqdrift.shipped import SHIPPED_DIR, manifest, shipped_clustering, write_clustering, write_manifest
+from robustnlu.seqdrift.split import Filtered, SplitConfig, filter_utterances
+
+# name -> the preset whose drift config the clustering is for (drift seed 0)
+CANONICAL = {
+    f"{dataset}-{kind}": f"{dataset}_{kind}"
+    for dataset in ("snips", "atis", "top", "mit")
+    for kind in ("slot_context", "slot_value")
+}
+SCENARIOS = tuple((partial, validation) for partial in (False, True) for validation in ("iid", "ood"))
+
+
+@dataclass
+class Preset:
+    """One canonical clustering's inputs: the corpus, its filtered utterances, the split config."""
+
+    name: str
+    corpus: Corpus
+    cfg: SplitConfig
+    filtered: Filtered
+
+    @property
+    def key(self) -> str:
+        return clusters_key(self.filtered.utterances, self.cfg)
+
+    @property
+    def uids(self) -> tuple[str, ...]:
+        return tuple(u.uid for u in self.filtered.utterances)
+
+    def scenario(self, partial: bool, validation: str) -> SplitConfig:
+        return SplitConfig.from_configs({**self.cfg.to_dict()["drift"], "partial": partial}, {"kind": validation})
+
+
+def preset_of(cfg: DictConfig, name: str = "") -> Preset:
+    corpus = load_corpus(cfg.dataset, repo_root(cfg))
+    split_cfg = SplitConfig.from_configs(cfg.drift, cfg.validation)
+    return Preset(name, corpus, split_cfg, filter_utterances(corpus.all(), split_cfg))
+
+
+def load_preset(name: str) -> Preset:
+    if name not in CANONICAL:
+        raise ConfigError(f"{name}: not a canonical clustering; one of {sorted(CANONICAL)}")
+    return preset_of(compose_run_config([f"+experiment={CANONICAL[name]}"]), name)
+
+
+def split_sha256(preset: Preset, clustering: Clustering, partial: bool, validation: str) -> str:
+    split = split_from_clustering(preset.corpus, preset.scenario(partial, validation), preset.filtered, clustering, None)
+    return hashlib.sha256(split.to_json().encode("utf-8")).hexdigest()
+
+
+def scenario_name(partial: bool, validation: str) -> str:
+    return f"{'partial' if partial else 'full'}-{validation}"
+
+
+def compare(shipped: Clustering, computed: Clustering) -> str:
+    """``identical`` or how far apart the two clusterings are."""
+    from sklearn.metrics import adjusted_rand_score
+
+    if np.array_equal(shipped.ids, computed.ids):
+        return "identical"
+    ari = adjusted_rand_score(shipped.ids, computed.ids)
+    return f"DIFFERENT: adjusted Rand index {ari:.4f} between the shipped and this machine's clustering"
+
+
+def compute(preset: Preset) -> Clustering:
+    return Clustering(preset.uids, np.asarray(cluster_utterances(preset.filtered.utterances, preset.cfg)), "computed", preset.key)
+
+
+def shipped_of(preset: Preset, shipped_dir: Path) -> Clustering:
+    clustering = shipped_clustering(shipped_dir, preset.key, preset.uids)
+    if clustering is None:
+        raise ConfigError(f"{preset.name or 'drift'}: no shipped clustering for this corpus and drift config in {shipped_dir}")
+    return clustering
+
+
+def check(preset: Preset, shipped_dir: Path) -> bool:
+    clustering = shipped_of(preset, shipped_dir)
+    expected = manifest(shipped_dir)[preset.key]["splits"]
+    ok = True
+    for partial, validation in SCENARIOS:
+        name = scenario_name(partial, validation)
+        same = split_sha256(preset, clustering, partial, validation) == expected[name]
+        ok &= same
+        print(f"{preset.name} {name}: split.json {'matches' if same else 'DIFFERS from'} the manifest's sha256")
+    return ok
+
+
+def verify(preset: Preset, shipped_dir: Path) -> bool:
+    verdict = compare(shipped_of(preset, shipped_dir), compute(preset))
+    print(f"{preset.name}: the clustering computed here is {verdict}")
+    return verdict == "identical"
+
+
+def write(presets: list[Preset], shipped_dir: Path) -> None:
+    entries = {entry["name"]: entry for entry in manifest(shipped_dir).values()}
+    for preset in presets:
+        clustering = compute(preset)
+        path = write_clustering(shipped_dir, preset.name, clustering, {k: getattr(preset.cfg, k) for k in CLUSTER_OPTIONS})
+        shipped = Clustering(clustering.uids, clustering.ids, "shipped", clustering.key, path.name)
+        entries[preset.name] = {
+            "clusters_key": preset.key,
+            "clusters_sha256": clustering.sha256,
+            "experiment": f"+experiment={CANONICAL[preset.name]}",
+            "file": path.name,
+            "file_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "n_clusters": int(len(set(clustering.ids.tolist()) - {-1})),
+            "n_utterances": len(clustering.uids),
+            "name": preset.name,
+            "splits": {scenario_name(p, v): split_sha256(preset, shipped, p, v) for p, v in SCENARIOS},
+        }
+        write_manifest(shipped_dir, [entries[name] for name in sorted(entries)])
+        print(f"{preset.name}: wrote {path.name} ({len(clustering.uids)} utterances)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m robustnlu.seqdrift.canonical", description=__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=["check", "verify", "write"])
+    parser.add_argument("names", nargs="*", help=f"default: all of {', '.join(CANONICAL)}")
+    args = parser.parse_args(argv)
+    shipped_dir = REPO_ROOT / SHIPPED_DIR
+
+    try:
+        presets = [load_preset(name) for name in args.names or CANONICAL]
+        if args.action == "write":
+            write(presets, shipped_dir)
+            return 0
+        action = check if args.action == "check" else verify
+        return 0 if all([action(p, shipped_dir) for p in presets]) else 1
+    except RobustNLUError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
