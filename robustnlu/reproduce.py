@@ -172,10 +172,10 @@ def commit(repo: Path, record: Path, message: str) -> bool:
     return False
 
 
-def train(run: Run, repo: Path, do_commit: bool) -> bool:
-    run_dir = repo / RUNS / run.name
-    record = repo / RECORDS / run.name
-    command = [sys.executable, "-m", "robustnlu", *run.overrides(), *BUDGET, *QUIET,
+def train(run: Run, repo: Path, records: Path, runs: Path, extra: list[str], do_commit: bool) -> bool:
+    run_dir = runs / run.name
+    record = records / run.name
+    command = [sys.executable, "-m", "robustnlu", *run.overrides(), *BUDGET, *QUIET, *extra,
                f"hydra.run.dir={run_dir}", "resume=true"]
     print("+ " + " ".join(command[1:]), flush=True)
     started = time.time()
@@ -185,7 +185,7 @@ def train(run: Run, repo: Path, do_commit: bool) -> bool:
         return False
     write_record(run, run_dir, record, command, time.time() - started)
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-    print(f"{run.name}: recorded in {record.relative_to(repo)} ({time.time() - started:.0f} s)", flush=True)
+    print(f"{run.name}: recorded in {record} ({time.time() - started:.0f} s)", flush=True)
     if do_commit:
         commit(repo, record, f"reproduction: record {run.name} ({time.time() - started:.0f} s on {cpu_model()})")
     return True
@@ -196,14 +196,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit", action="store_true", help="git-commit each record as it lands")
     parser.add_argument("--only", nargs="*", default=None, help="run only these run names")
     parser.add_argument("--list", action="store_true", help="print the plan and what is recorded, then exit")
+    parser.add_argument("--records", type=Path, default=REPO_ROOT / RECORDS, help=f"default: {RECORDS}")
+    parser.add_argument("--runs", type=Path, default=REPO_ROOT / RUNS, help=f"default: {RUNS}")
+    parser.add_argument("overrides", nargs="*", help="more training overrides, after the budget's (tests: encoder=tiny)")
     args = parser.parse_args(argv)
     repo = REPO_ROOT
 
     def recorded(run: Run) -> bool:
-        return (repo / RECORDS / run.name / "results.json").is_file()
+        return (args.records / run.name / "results.json").is_file()
 
     def selected() -> list[Run]:  # anew after each run: a finished k search releases Part B
-        return [r for r in plan(repo / RECORDS) if args.only is None or r.name in args.only]
+        return [r for r in plan(args.records) if args.only is None or r.name in args.only]
 
     if args.list:
         for run in selected():
@@ -214,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         pending = [r for r in selected() if not recorded(r) and r.name not in failed]
         if not pending:
             break
-        if not train(pending[0], repo, args.commit):
+        if not train(pending[0], repo, args.records, args.runs, args.overrides, args.commit):
             failed.append(pending[0].name)
     todo = selected()
     print(f"{sum(map(recorded, todo))} of {len(todo)} planned runs recorded" + (f"; failed: {failed}" if failed else ""))
