@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
 from integration_helpers import REPO, run_cli
 from robustnlu.data.readers import load_corpus
@@ -22,6 +21,7 @@ from robustnlu.io import compute_once
 from robustnlu.seqdrift import canonical, pipeline
 from robustnlu.seqdrift.kmeans import stable_kmeans, tie_aware_argmin
 from robustnlu.seqdrift.pipeline import make_drift_split
+from racers import race_for_a_split, race_for_an_entry
 from robustnlu.seqdrift.shipped import SHIPPED_DIR, manifest
 
 SHIPPED = REPO / SHIPPED_DIR
@@ -104,7 +104,9 @@ def test_a_damaged_shipped_file_is_an_error_naming_it(snips, snips_cfg, tmp_path
         (damaged / path.name).write_bytes(path.read_bytes())
     entry = next(e for e in manifest(SHIPPED).values() if e["name"] == "snips-slot_context")
     target = damaged / entry["file"]
-    target.write_bytes(target.read_bytes()[:-1] + b"\0")
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 1  # one bit flipped
+    target.write_bytes(bytes(data))
     with pytest.raises(DataError, match=f"{entry['file']}: sha256 differs"):
         make_drift_split(snips, snips_cfg.drift, snips_cfg.validation, tmp_path, damaged)
 
@@ -158,27 +160,10 @@ def test_the_atis_clustering_is_the_shipped_one_under_another_blas_kernel(tmp_pa
 # --------------------------------------------------------------------------- concurrent caches
 
 
-def _racer(args) -> tuple[int, str]:
-    result, log, delay = args
-    result, log = Path(result), Path(log)
-
-    def load():
-        return result.read_text() if result.is_file() else None
-
-    def compute():
-        with open(log, "a") as f:
-            f.write(f"{os.getpid()}\n")
-        time.sleep(delay)
-        result.write_text(f"computed by {os.getpid()}")
-        return result.read_text()
-
-    return os.getpid(), compute_once(result, load, compute, poll_s=0.05)
-
-
 def test_compute_once_under_racing_processes(tmp_path):
     result, log = tmp_path / "entry", tmp_path / "log"
     with multiprocessing.get_context("spawn").Pool(4) as pool:
-        answers = pool.map(_racer, [(str(result), str(log), 1.0)] * 4)
+        answers = pool.map(race_for_an_entry, [(str(result), str(log), 1.0)] * 4)
     computed = log.read_text().split()
     assert len(computed) == 1  # one process computed, the others waited for its result
     assert {text for _, text in answers} == {f"computed by {computed[0]}"}
@@ -194,31 +179,13 @@ def test_a_dead_owners_claim_is_taken_over(tmp_path):
     assert value == "mine" and not claim.exists()
 
 
-def _split_racer(args) -> str:
-    """A SeqDrift split of the SNIPS sample by one of several processes sharing a cache dir;
-    counts the clusterings it computes in ``log``."""
-    cache, log = args
-    real = pipeline.cluster_utterances
-
-    def counted(utterances, cfg):
-        with open(log, "a") as f:
-            f.write("clustered\n")
-        return real(utterances, cfg)
-
-    pipeline.cluster_utterances = counted
-    corpus = load_corpus(OmegaConf.load(REPO / "conf/dataset/snips.yaml"), REPO)
-    corpus.train, corpus.valid, corpus.test = (corpus.split(s)[::6] for s in ("train", "valid", "test"))
-    drift = {"kind": "slot_context", "n_clusters": 20, "min_intent_freq": 30, "min_slot_freq": 10}
-    return make_drift_split(corpus, drift, {"kind": "iid"}, cache).to_json()
-
-
 @pytest.mark.filterwarnings("ignore:eigenvalues .* coincide")
 def test_racing_jobs_compute_one_split_and_one_clustering(tmp_path):
     """Three processes start on the same split at once (a Slurm array): one clustering, one
     split, the same bytes everywhere."""
     cache, log = tmp_path / "cache", tmp_path / "log"
     with multiprocessing.get_context("spawn").Pool(3) as pool:
-        texts = pool.map(_split_racer, [(str(cache), str(log))] * 3)
+        texts = pool.map(race_for_a_split, [(str(cache), str(log))] * 3)
     assert log.read_text().split() == ["clustered"]
     assert len(set(texts)) == 1
     assert json.loads(texts[0])["info"]["clustering"]["source"] == "computed"
