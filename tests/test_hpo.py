@@ -8,14 +8,9 @@ import json
 import optuna
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
+from hydra_plugins.robustnlu_optuna_sweeper.optuna_sweeper import search_space
 from omegaconf import OmegaConf
-from optuna.distributions import (
-    CategoricalDistribution,
-    IntLogUniformDistribution,
-    LogUniformDistribution,
-    UniformDistribution,
-)
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
 from integration_helpers import CONF, FAST, jsonl_overrides, run_cli, write_snips_sample_jsonl
@@ -24,8 +19,8 @@ from robustnlu import hpo
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # add_trial
 
 METHODS = sorted(p.stem for p in (CONF / "method").glob("*.yaml"))
-LAMBDA_GAMMA = {"optimizer.lr": LogUniformDistribution(1e-5, 1e-4),                 # Table 9 λ
-                "model.intent_loss_scale": LogUniformDistribution(1e-2, 10.0)}      # Table 9 γ
+LAMBDA_GAMMA = {"optimizer.lr": FloatDistribution(1e-5, 1e-4, log=True),             # Table 9 λ
+                "model.intent_loss_scale": FloatDistribution(1e-2, 10.0, log=True)}  # Table 9 γ
 
 
 def compose_search(overrides: list[str]):
@@ -49,7 +44,7 @@ def test_search_config_composes_with_its_method_and_its_params_parse(method):
         assert sweeper.study_name == f"snips-slot_value-partial_True-iid-{method}"
         assert sweeper.storage == "sqlite:///outputs/hpo/optuna.db"
         assert sweeper.n_trials == 8 and sweeper.n_jobs == 1 and sweeper.max_failure_rate > 0
-        space, fixed = create_params_from_overrides([f"{k}={v}" for k, v in sweeper.params.items()])
+        space, fixed = search_space([f"{k}={v}" for k, v in sweeper.params.items()])
         assert not fixed and set(space) == set(sweeper.params)
         assert {k: space[k] for k in LAMBDA_GAMMA} == LAMBDA_GAMMA
         for key in space:  # every searched key is a key of the composed training config
@@ -60,20 +55,20 @@ def test_search_config_composes_with_its_method_and_its_params_parse(method):
 def test_method_specific_search_spaces_are_table_9():
     def space(method):
         params = compose_search([f"hparams_search={method}"]).hydra.sweeper.params
-        return create_params_from_overrides([f"{k}={v}" for k, v in params.items()])[0]
+        return search_space([f"{k}={v}" for k, v in params.items()])[0]
 
     assert space("erm") == LAMBDA_GAMMA
-    assert space("topk")["method.k"] == IntLogUniformDistribution(1, 16)
-    assert space("topk_group")["method.k"] == IntLogUniformDistribution(2, 16)
+    assert space("topk")["method.k"] == IntDistribution(1, 16, log=True)
+    assert space("topk_group")["method.k"] == IntDistribution(2, 16, log=True)
     for m in ("topk_ae_prob", "topk_ae_bin"):
         s = space(m)
-        assert s["method.k"] == IntLogUniformDistribution(2, 16)
-        assert s["method.ae_lr"] == LogUniformDistribution(1e-4, 1e-3)
-        assert s["adversary.beta"] == LogUniformDistribution(0.1, 1.0)
+        assert s["method.k"] == IntDistribution(2, 16, log=True)
+        assert s["method.ae_lr"] == FloatDistribution(1e-4, 1e-3, log=True)
+        assert s["adversary.beta"] == FloatDistribution(0.1, 1.0, log=True)
         assert s["adversary.latent_groups"] == CategoricalDistribution((128, 256, 512))
-    assert space("group_dro")["method.step_size"] == LogUniformDistribution(1e-4, 1.0)
-    assert space("topic_cvar")["method.alpha"] == UniformDistribution(1e-4, 0.5)
-    assert space("topic_cvar")["method.ema_step"] == LogUniformDistribution(1e-4, 0.5)
+    assert space("group_dro")["method.step_size"] == FloatDistribution(1e-4, 1.0, log=True)
+    assert space("topic_cvar")["method.alpha"] == FloatDistribution(1e-4, 0.5)
+    assert space("topic_cvar")["method.ema_step"] == FloatDistribution(1e-4, 0.5, log=True)
 
 
 def test_driver_overrides():
@@ -87,7 +82,7 @@ def test_driver_overrides():
 
 
 def _trial(value, state=TrialState.COMPLETE, **params):
-    dists = {"optimizer.lr": LogUniformDistribution(1e-5, 1e-4), "method.k": IntLogUniformDistribution(1, 16)}
+    dists = {"optimizer.lr": FloatDistribution(1e-5, 1e-4, log=True), "method.k": IntDistribution(1, 16, log=True)}
     params = {"optimizer.lr": 5e-5, "method.k": 4, **params}
     return create_trial(state=state, value=value if state == TrialState.COMPLETE else None,
                         params=params, distributions=dists)
