@@ -30,6 +30,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 
 from robustnlu.cli import compose_run_config, run_multirun
+from robustnlu.errors import exit_with_error
+from robustnlu.extras import MissingExtra, require
 
 
 class MakeDirs(Callback):
@@ -107,6 +109,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-retrain", action="store_true", help="stop after writing best_params.json")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m robustnlu")
     args = parser.parse_args(argv)
+    try:
+        require("optuna", "hpo", "python -m robustnlu.hpo")
+    except MissingExtra as err:
+        exit_with_error(err)
 
     search = search_overrides(args.overrides)
     cfg = compose_run_config(search)

@@ -8,13 +8,14 @@ import json
 import optuna
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra_plugins.robustnlu_optuna_sweeper.optuna_sweeper import search_space
+from hydra_plugins.robustnlu_plugins.optuna_sweeper import search_space
 from omegaconf import OmegaConf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
 from integration_helpers import CONF, FAST, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu import hpo
+from robustnlu.errors import ConfigError
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # add_trial
 
@@ -69,6 +70,36 @@ def test_method_specific_search_spaces_are_table_9():
     assert space("group_dro")["method.step_size"] == FloatDistribution(1e-4, 1.0, log=True)
     assert space("topic_cvar")["method.alpha"] == FloatDistribution(1e-4, 0.5)
     assert space("topic_cvar")["method.ema_step"] == FloatDistribution(1e-4, 0.5, log=True)
+
+
+def test_search_space_syntax_of_the_sweeper():
+    """Hydra's sweep syntax as Optuna distributions (hydra_plugins/robustnlu_plugins):
+    range's stop is excluded (1, 4, 7; 10, 7, 4), a plain override is fixed and fixes a searched
+    key given before it (the command line after hydra.sweeper.params)."""
+    space, fixed = search_space([
+        "a=range(1,10,3)", "b=range(0.0,1.0,0.25)", "c=range(10,1,-3)", "d=choice(x,y)",
+        "e=interval(0,1)", "f=int(interval(1,16))", "g=tag(log, interval(1e-5, 1e-4))",
+        "optimizer.lr=tag(log, interval(1e-5, 1e-4))", "seed=3", "optimizer.lr=5e-3",
+        "~callbacks.progress_bar", "+experiment=snips"])
+    assert space == {"a": IntDistribution(1, 7, step=3), "b": FloatDistribution(0.0, 0.75, step=0.25),
+                     "c": IntDistribution(4, 10, step=3), "d": CategoricalDistribution(("x", "y")),
+                     "e": FloatDistribution(0.0, 1.0), "f": IntDistribution(1, 16),
+                     "g": FloatDistribution(1e-5, 1e-4, log=True)}
+    assert fixed == {"seed": "seed=3", "optimizer.lr": "optimizer.lr=5e-3",
+                     "~callbacks.progress_bar": "~callbacks.progress_bar", "+experiment": "+experiment=snips"}
+    for bad in ("g=glob(*)", "g=range(1,1)"):
+        with pytest.raises(ConfigError, match=r"^g=(glob|range)"):
+            search_space([bad])
+
+
+def test_a_bad_sweeper_setting_is_one_error_line(tmp_path):
+    """~5 s: checked before the study is created or a trial runs."""
+    proc = run_cli(["-m", "hparams_search=erm", "hydra.sweeper.direction=up", f"paths.hpo_dir={tmp_path}/hpo",
+                    f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: hydra.sweeper.direction must be one of ('maximize', 'minimize'), got 'up'")
+    assert not (tmp_path / "hpo" / "optuna.db").exists() and not (tmp_path / "sweep").exists()
 
 
 def test_driver_overrides():

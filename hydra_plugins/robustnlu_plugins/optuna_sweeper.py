@@ -7,7 +7,7 @@ sampler proposes, Hydra's launcher (basic, or submitit: Slurm / local processes)
 - ``hydra.sweeper.params`` and sweep overrides on the command line are the search space:
   ``choice(a, b)`` = categorical; ``interval(lo, hi)`` = float uniform, ``int(interval(lo, hi))`` =
   int uniform, ``tag(log, ...)`` = log scale; ``range(start, stop, step)`` = stepped int / float
-  (``stop`` excluded, as in Hydra); ``shuffle(range(...))`` = categorical. Plain overrides are
+  (``stop`` excluded, as in Hydra); not ``glob``. Plain overrides are
   passed to every trial; a plain override of a searched key fixes it (it leaves the space).
 - ``direction``, ``study_name``, ``storage`` (``load_if_exists``: a rerun adds trials), ``n_trials``,
   ``n_jobs``, ``max_failure_rate`` (checked per batch: more failed trials of a batch than this
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import IntervalSweep, Override, RangeSweep, Transformer
+from hydra.core.override_parser.types import IntervalSweep, Override, RangeSweep, Transformer, ValueType
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn
 from hydra.errors import CompactHydraException
@@ -45,24 +45,26 @@ def distribution(override: Override) -> Any:
     """The Optuna distribution of a sweep override (see the module docstring)."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
+    if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+        raise ConfigError(f"{override.input_line}: the Optuna sweeper takes choice, range or interval sweeps")
     value = override.value()
-    if override.is_choice_sweep() or (override.is_range_sweep() and value.shuffle):
+    if override.is_choice_sweep():
         return CategoricalDistribution(list(override.sweep_iterator(transformer=Transformer.encode)))
     if override.is_range_sweep():
         assert isinstance(value, RangeSweep)
-        points = list(override.sweep_iterator())
+        points = list(override.sweep_iterator())  # shuffle(range(...)) only reorders them
         if not points:
             raise ConfigError(f"{override.input_line}: the range is empty")
         if all(isinstance(v, int) for v in (value.start, value.stop, value.step)):
-            return IntDistribution(points[0], points[-1], step=value.step)
-        return FloatDistribution(points[0], points[-1], step=value.step if len(points) > 1 else None)
+            return IntDistribution(min(points), max(points), step=abs(value.step))
+        return FloatDistribution(min(points), max(points), step=abs(value.step) if len(points) > 1 else None)
     if override.is_interval_sweep():
         assert isinstance(value, IntervalSweep)
         log_scale = "log" in value.tags
         if isinstance(value.start, int) and isinstance(value.end, int):
             return IntDistribution(value.start, value.end, log=log_scale)
         return FloatDistribution(value.start, value.end, log=log_scale)
-    raise ConfigError(f"{override.input_line}: the Optuna sweeper takes choice, range or interval sweeps")
+    raise AssertionError(f"unknown sweep {override.input_line}")  # Hydra 1.3 has no other kind
 
 
 def search_space(overrides: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
