@@ -12,8 +12,8 @@ sampler proposes, Hydra's launcher (basic, or submitit: Slurm / local processes)
 - ``direction``, ``study_name``, ``storage`` (``load_if_exists``: a rerun adds trials), ``n_trials``,
   ``n_jobs``, ``max_failure_rate`` (checked per batch: more failed trials of a batch than this
   share re-raises the first failure and ends the sweep), ``sampler`` (instantiated by Hydra).
-- A trial whose job fails is told as FAIL (``Failed experiment: <error>`` is logged) and the study
-  goes on; ``<sweep dir>/optimization_results.yaml`` holds the best trial of the study at the end.
+- A trial whose job fails is told as FAIL (``Failed experiment: <error>`` is logged, with the
+  traceback unless it is a user error's one line) and the study goes on; ``<sweep dir>/optimization_results.yaml`` holds the best trial of the study at the end.
 
 Single objective only (the project's objective is valid COMBINED); no ``search_space`` (deprecated
 in 1.3.0), ``custom_search_space`` or GridSampler. Optuna is imported when the sweeper runs, not
@@ -34,7 +34,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from robustnlu.errors import ConfigError, exit_with_error
+from robustnlu.errors import ConfigError, RobustNLUError, exit_with_error
 
 log = logging.getLogger(__name__)
 
@@ -136,10 +136,11 @@ class OptunaSweeper(Sweeper):
             batch = [(*(f"{k}={v}" for k, v in trial.params.items()), *fixed.values()) for trial in trials]
             returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
             self.job_idx += len(returns)
-            failed = [ret for trial, ret in zip(trials, returns, strict=True) if not self._tell(study, trial, ret)]
+            told = [self._tell(study, trial, ret) for trial, ret in zip(trials, returns, strict=True)]
+            failed = [err for err in told if err is not None]
             if len(failed) / len(returns) > self.max_failure_rate:
                 log.error(f"{len(failed)} of {len(returns)} trials failed (max_failure_rate={self.max_failure_rate})")
-                failed[0].return_value  # noqa: B018  (raises the job's error, as Hydra's basic sweeper does)
+                raise failed[0]  # the first failed job's error, as Hydra's basic sweeper ends
             left -= len(trials)
 
         complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -152,16 +153,17 @@ class OptunaSweeper(Sweeper):
         OmegaConf.save(OmegaConf.create(results), f"{self.config.hydra.sweep.dir}/optimization_results.yaml")
 
     @staticmethod
-    def _tell(study: Any, trial: Any, ret: JobReturn) -> bool:
-        """Tell ``study`` the job's value (COMPLETE) or FAIL; False when it failed."""
+    def _tell(study: Any, trial: Any, ret: JobReturn) -> Exception | None:
+        """Tell ``study`` the job's value (COMPLETE) or FAIL; the job's error when it failed."""
         from optuna.trial import TrialState
 
         try:
             value = float(ret.return_value)  # raises the job's own error when the job failed
         except Exception as err:  # noqa: BLE001  (any job error fails its trial only)
             study.tell(trial, state=TrialState.FAIL)
-            # a user error is its one line (CompactHydraException); anything else with its traceback
-            log.warning(f"Failed experiment: {err}", exc_info=None if isinstance(err, CompactHydraException) else err)
-            return False
-        frozen = study.tell(trial, value)
-        return frozen.state == TrialState.COMPLETE  # a NaN value is told as FAIL by Optuna
+            # a user error is its one line (robustnlu.cli.JobFailed); a crash comes with its traceback
+            log.warning(f"Failed experiment: {err}", exc_info=None if isinstance(err, RobustNLUError) else err)
+            return err
+        if study.tell(trial, value).state != TrialState.COMPLETE:  # a NaN value is told as FAIL by Optuna
+            return ValueError(f"trial {trial.number} returned {value}")
+        return None
