@@ -39,7 +39,7 @@ def test_search_config_composes_with_its_method_and_its_params_parse(method):
         cfg = compose_search(["+experiment=snips_slot_value", "drift.partial=true", *overrides])
         assert cfg.method.name == method
         sweeper = cfg.hydra.sweeper
-        assert sweeper._target_.endswith("OptunaSweeper")
+        assert sweeper._target_ == "hydra_plugins.robustnlu_plugins.optuna_sweeper.OptunaSweeper"
         assert sweeper.direction == "maximize"
         assert sweeper.sampler._target_ == "optuna.samplers.TPESampler" and sweeper.sampler.seed is not None
         assert sweeper.study_name == f"snips-slot_value-partial_True-iid-{method}"
