@@ -1,8 +1,9 @@
 """``python -m robustnlu.hpo [--top 2] [--retrain-seed S] <Hydra overrides>``: the core paper's
 hyper-parameter protocol for one scenario and method (section 5 "Hyperparameters", App. C):
 
-1. an Optuna study of ``hydra.sweeper.n_trials`` trials (8 in the paper) through Hydra's Optuna
-   sweeper: ``python -m robustnlu -m hparams_search=<method> <overrides>`` (conf/hparams_search/);
+1. an Optuna study of ``hydra.sweeper.n_trials`` trials (8 in the paper) through our Optuna
+   sweeper (hydra_plugins/robustnlu_plugins/, the hpo extra):
+   ``python -m robustnlu -m hparams_search=<method> <overrides>`` (conf/hparams_search/);
 2. the study is read back from its sqlite storage and the two best completed trials are taken
    (failed / pruned / running trials are ignored; a setting proposed twice counts once);
 3. both settings are retrained with a second seed, each as a plain multirun

@@ -1,5 +1,5 @@
-"""Hyper-parameter search through Hydra's Optuna sweeper (conf/hparams_search/, robustnlu/hpo.py;
-core paper section 5 "Hyperparameters", App. C, Table 9)."""
+"""Hyper-parameter search through our Optuna sweeper (hydra_plugins/robustnlu_plugins/;
+conf/hparams_search/, robustnlu/hpo.py; core paper section 5 "Hyperparameters", App. C, Table 9)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,6 @@ from optuna.trial import TrialState, create_trial
 from integration_helpers import CONF, FAST, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu import hpo
 from robustnlu.errors import ConfigError
-
-pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # add_trial
 
 METHODS = sorted(p.stem for p in (CONF / "method").glob("*.yaml"))
 LAMBDA_GAMMA = {"optimizer.lr": FloatDistribution(1e-5, 1e-4, log=True),             # Table 9 λ
@@ -196,3 +194,22 @@ def test_driver_runs_the_whole_protocol(tmp_path):
         assert results["seed"] == 1
         assert results["config"]["method"]["k"] == setting["params"]["method.k"]
         assert results["config"]["optimizer"]["lr"] == pytest.approx(setting["params"]["optimizer.lr"])
+
+
+@pytest.mark.slow
+def test_n_jobs_trials_run_as_one_batch_of_the_submitit_launcher(tmp_path):
+    """~60 s: n_jobs=2 with hydra/launcher=local: the 2 trials are asked together and run as 2
+    submitit processes of one batch (their logs under .submitit/), both told back COMPLETE."""
+    data = write_snips_sample_jsonl(tmp_path / "data", n_train=48, n_eval=16)
+    fast = [o for o in FAST if not o.startswith(("optimizer.lr", "trainer.max_epochs"))]
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["-m", "hparams_search=erm", *jsonl_overrides(data), *fast, "trainer.max_epochs=1",
+                    "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", "hydra/launcher=local",
+                    f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    study = optuna.load_study(study_name="jsonl-none-partial_none-iid-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+    for trial in study.trials:
+        results = json.loads((sweep / str(trial.number) / "results.json").read_text())
+        assert results["metrics"]["valid"]["combined"] == pytest.approx(trial.value)
+    assert len(list((sweep / ".submitit").glob("*/*_log.out"))) == 2  # two submitit jobs

@@ -13,8 +13,6 @@ from optuna.trial import TrialState
 
 from integration_helpers import FAST, run_cli, write_snips_sample_jsonl
 
-pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
-
 
 @pytest.fixture
 def data(tmp_path):
