@@ -111,7 +111,8 @@ class OptunaSweeper(Sweeper):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"hydra.sweeper.{key} must be an integer >= 1, got {value!r}")
-        if not 0.0 <= self.max_failure_rate <= 1.0:
+        rate = self.max_failure_rate
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0.0 <= rate <= 1.0:
             raise ConfigError(f"hydra.sweeper.max_failure_rate must be in [0, 1], got {self.max_failure_rate!r}")
 
     def sweep(self, arguments: list[str]) -> None:
