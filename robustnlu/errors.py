@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 
 class RobustNLUError(Exception):
@@ -22,3 +24,9 @@ class DataError(RobustNLUError):
 
 class ConfigError(RobustNLUError):
     """An invalid configuration value (names the config key)."""
+
+
+def exit_with_error(err: Exception | str) -> NoReturn:
+    """End a command on a user error: ``error: <err>`` on stderr (one line), exit status 2."""
+    print(f"error: {err}", file=sys.stderr, flush=True)
+    sys.exit(2)

@@ -1,8 +1,9 @@
 """``python -m robustnlu.hpo [--top 2] [--retrain-seed S] <Hydra overrides>``: the core paper's
 hyper-parameter protocol for one scenario and method (section 5 "Hyperparameters", App. C):
 
-1. an Optuna study of ``hydra.sweeper.n_trials`` trials (8 in the paper) through Hydra's Optuna
-   sweeper: ``python -m robustnlu -m hparams_search=<method> <overrides>`` (conf/hparams_search/);
+1. an Optuna study of ``hydra.sweeper.n_trials`` trials (8 in the paper) through our Optuna
+   sweeper (hydra_plugins/robustnlu_plugins/, the hpo extra):
+   ``python -m robustnlu -m hparams_search=<method> <overrides>`` (conf/hparams_search/);
 2. the study is read back from its sqlite storage and the two best completed trials are taken
    (failed / pruned / running trials are ignored; a setting proposed twice counts once);
 3. both settings are retrained with a second seed, each as a plain multirun
@@ -30,6 +31,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 
 from robustnlu.cli import compose_run_config, run_multirun
+from robustnlu.errors import exit_with_error
+from robustnlu.extras import MissingExtra, require
 
 
 class MakeDirs(Callback):
@@ -107,6 +110,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-retrain", action="store_true", help="stop after writing best_params.json")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m robustnlu")
     args = parser.parse_args(argv)
+    try:
+        require("optuna", "hpo", "python -m robustnlu.hpo")
+    except MissingExtra as err:
+        exit_with_error(err)
 
     search = search_overrides(args.overrides)
     cfg = compose_run_config(search)

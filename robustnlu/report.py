@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from robustnlu.errors import RobustNLUError
+from robustnlu.extras import MissingExtra, require
 
 
 TABLES = ("table10_metrics", "relative_change", "significance_counts")
@@ -105,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     wb.add_argument("--wandb-project", default="robustnlu", help="W&B project (default robustnlu)")
     wb.add_argument("--wandb-artifact", default="study-report", help="artifact name (default study-report)")
     args = parser.parse_args(argv)
+    if args.wandb:
+        try:
+            require("wandb", "wandb", "--wandb")
+        except MissingExtra as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     import matplotlib
 
     matplotlib.use("Agg")

@@ -41,6 +41,7 @@ from robustnlu.efficiency.adapt import prepare_adaptation, score_sources, source
 from robustnlu.efficiency.subsets import EfficiencySplit, efficiency_split
 from robustnlu.errors import ConfigError
 from robustnlu.evaluate import evaluate_suites, write_robustness
+from robustnlu.extras import require
 from robustnlu.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from robustnlu.model.encoders import build_encoder, load_tokenizer
 from robustnlu.module import SLUModule
@@ -63,6 +64,8 @@ def build_trainer(cfg: DictConfig, wandb_id: str | None = None) -> pl.Trainer:
     """The trainer with the configured callbacks and loggers; ``wandb_id``: log into that
     W&B run (a resumed run continues its W&B run)."""
     callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]
+    if any("Wandb" in c._target_ for c in (cfg.logger or {}).values() if c is not None):
+        require("wandb", "wandb", "logger=wandb")
     loggers = [instantiate(c, **({"id": wandb_id, "resume": "allow"} if wandb_id and "Wandb" in c._target_ else {}))
                for c in (cfg.logger or {}).values() if c is not None]
     return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)

@@ -1,5 +1,5 @@
-"""Hyper-parameter search through Hydra's Optuna sweeper (conf/hparams_search/, robustnlu/hpo.py;
-core paper section 5 "Hyperparameters", App. C, Table 9)."""
+"""Hyper-parameter search through our Optuna sweeper (hydra_plugins/robustnlu_plugins/;
+conf/hparams_search/, robustnlu/hpo.py; core paper section 5 "Hyperparameters", App. C, Table 9)."""
 
 from __future__ import annotations
 
@@ -8,24 +8,18 @@ import json
 import optuna
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
+from hydra_plugins.robustnlu_plugins.optuna_sweeper import search_space
 from omegaconf import OmegaConf
-from optuna.distributions import (
-    CategoricalDistribution,
-    IntLogUniformDistribution,
-    LogUniformDistribution,
-    UniformDistribution,
-)
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
 from integration_helpers import CONF, FAST, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu import hpo
-
-pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # add_trial
+from robustnlu.errors import ConfigError
 
 METHODS = sorted(p.stem for p in (CONF / "method").glob("*.yaml"))
-LAMBDA_GAMMA = {"optimizer.lr": LogUniformDistribution(1e-5, 1e-4),                 # Table 9 λ
-                "model.intent_loss_scale": LogUniformDistribution(1e-2, 10.0)}      # Table 9 γ
+LAMBDA_GAMMA = {"optimizer.lr": FloatDistribution(1e-5, 1e-4, log=True),             # Table 9 λ
+                "model.intent_loss_scale": FloatDistribution(1e-2, 10.0, log=True)}  # Table 9 γ
 
 
 def compose_search(overrides: list[str]):
@@ -43,13 +37,13 @@ def test_search_config_composes_with_its_method_and_its_params_parse(method):
         cfg = compose_search(["+experiment=snips_slot_value", "drift.partial=true", *overrides])
         assert cfg.method.name == method
         sweeper = cfg.hydra.sweeper
-        assert sweeper._target_.endswith("OptunaSweeper")
+        assert sweeper._target_ == "hydra_plugins.robustnlu_plugins.optuna_sweeper.OptunaSweeper"
         assert sweeper.direction == "maximize"
         assert sweeper.sampler._target_ == "optuna.samplers.TPESampler" and sweeper.sampler.seed is not None
         assert sweeper.study_name == f"snips-slot_value-partial_True-iid-{method}"
         assert sweeper.storage == "sqlite:///outputs/hpo/optuna.db"
         assert sweeper.n_trials == 8 and sweeper.n_jobs == 1 and sweeper.max_failure_rate > 0
-        space, fixed = create_params_from_overrides([f"{k}={v}" for k, v in sweeper.params.items()])
+        space, fixed = search_space([f"{k}={v}" for k, v in sweeper.params.items()])
         assert not fixed and set(space) == set(sweeper.params)
         assert {k: space[k] for k in LAMBDA_GAMMA} == LAMBDA_GAMMA
         for key in space:  # every searched key is a key of the composed training config
@@ -60,20 +54,50 @@ def test_search_config_composes_with_its_method_and_its_params_parse(method):
 def test_method_specific_search_spaces_are_table_9():
     def space(method):
         params = compose_search([f"hparams_search={method}"]).hydra.sweeper.params
-        return create_params_from_overrides([f"{k}={v}" for k, v in params.items()])[0]
+        return search_space([f"{k}={v}" for k, v in params.items()])[0]
 
     assert space("erm") == LAMBDA_GAMMA
-    assert space("topk")["method.k"] == IntLogUniformDistribution(1, 16)
-    assert space("topk_group")["method.k"] == IntLogUniformDistribution(2, 16)
+    assert space("topk")["method.k"] == IntDistribution(1, 16, log=True)
+    assert space("topk_group")["method.k"] == IntDistribution(2, 16, log=True)
     for m in ("topk_ae_prob", "topk_ae_bin"):
         s = space(m)
-        assert s["method.k"] == IntLogUniformDistribution(2, 16)
-        assert s["method.ae_lr"] == LogUniformDistribution(1e-4, 1e-3)
-        assert s["adversary.beta"] == LogUniformDistribution(0.1, 1.0)
+        assert s["method.k"] == IntDistribution(2, 16, log=True)
+        assert s["method.ae_lr"] == FloatDistribution(1e-4, 1e-3, log=True)
+        assert s["adversary.beta"] == FloatDistribution(0.1, 1.0, log=True)
         assert s["adversary.latent_groups"] == CategoricalDistribution((128, 256, 512))
-    assert space("group_dro")["method.step_size"] == LogUniformDistribution(1e-4, 1.0)
-    assert space("topic_cvar")["method.alpha"] == UniformDistribution(1e-4, 0.5)
-    assert space("topic_cvar")["method.ema_step"] == LogUniformDistribution(1e-4, 0.5)
+    assert space("group_dro")["method.step_size"] == FloatDistribution(1e-4, 1.0, log=True)
+    assert space("topic_cvar")["method.alpha"] == FloatDistribution(1e-4, 0.5)
+    assert space("topic_cvar")["method.ema_step"] == FloatDistribution(1e-4, 0.5, log=True)
+
+
+def test_search_space_syntax_of_the_sweeper():
+    """Hydra's sweep syntax as Optuna distributions (hydra_plugins/robustnlu_plugins):
+    range's stop is excluded (1, 4, 7; 10, 7, 4), a plain override is fixed and fixes a searched
+    key given before it (the command line after hydra.sweeper.params)."""
+    space, fixed = search_space([
+        "a=range(1,10,3)", "b=range(0.0,1.0,0.25)", "c=range(10,1,-3)", "d=choice(x,y)",
+        "e=interval(0,1)", "f=int(interval(1,16))", "g=tag(log, interval(1e-5, 1e-4))",
+        "optimizer.lr=tag(log, interval(1e-5, 1e-4))", "seed=3", "optimizer.lr=5e-3",
+        "~callbacks.progress_bar", "+experiment=snips"])
+    assert space == {"a": IntDistribution(1, 7, step=3), "b": FloatDistribution(0.0, 0.75, step=0.25),
+                     "c": IntDistribution(4, 10, step=3), "d": CategoricalDistribution(("x", "y")),
+                     "e": FloatDistribution(0.0, 1.0), "f": IntDistribution(1, 16),
+                     "g": FloatDistribution(1e-5, 1e-4, log=True)}
+    assert fixed == {"seed": "seed=3", "optimizer.lr": "optimizer.lr=5e-3",
+                     "~callbacks.progress_bar": "~callbacks.progress_bar", "+experiment": "+experiment=snips"}
+    for bad in ("g=glob(*)", "g=range(1,1)"):
+        with pytest.raises(ConfigError, match=r"^g=(glob|range)"):
+            search_space([bad])
+
+
+def test_a_bad_sweeper_setting_is_one_error_line(tmp_path):
+    """~5 s: checked before the study is created or a trial runs."""
+    proc = run_cli(["-m", "hparams_search=erm", "hydra.sweeper.direction=up", f"paths.hpo_dir={tmp_path}/hpo",
+                    f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: hydra.sweeper.direction must be one of ('maximize', 'minimize'), got 'up'")
+    assert not (tmp_path / "hpo" / "optuna.db").exists() and not (tmp_path / "sweep").exists()
 
 
 def test_driver_overrides():
@@ -87,7 +111,7 @@ def test_driver_overrides():
 
 
 def _trial(value, state=TrialState.COMPLETE, **params):
-    dists = {"optimizer.lr": LogUniformDistribution(1e-5, 1e-4), "method.k": IntLogUniformDistribution(1, 16)}
+    dists = {"optimizer.lr": FloatDistribution(1e-5, 1e-4, log=True), "method.k": IntDistribution(1, 16, log=True)}
     params = {"optimizer.lr": 5e-5, "method.k": 4, **params}
     return create_trial(state=state, value=value if state == TrialState.COMPLETE else None,
                         params=params, distributions=dists)
@@ -170,3 +194,22 @@ def test_driver_runs_the_whole_protocol(tmp_path):
         assert results["seed"] == 1
         assert results["config"]["method"]["k"] == setting["params"]["method.k"]
         assert results["config"]["optimizer"]["lr"] == pytest.approx(setting["params"]["optimizer.lr"])
+
+
+@pytest.mark.slow
+def test_n_jobs_trials_run_as_one_batch_of_the_submitit_launcher(tmp_path):
+    """~60 s: n_jobs=2 with hydra/launcher=local: the 2 trials are asked together and run as 2
+    submitit processes of one batch (their logs under .submitit/), both told back COMPLETE."""
+    data = write_snips_sample_jsonl(tmp_path / "data", n_train=48, n_eval=16)
+    fast = [o for o in FAST if not o.startswith(("optimizer.lr", "trainer.max_epochs"))]
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["-m", "hparams_search=erm", *jsonl_overrides(data), *fast, "trainer.max_epochs=1",
+                    "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", "hydra/launcher=local",
+                    f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    study = optuna.load_study(study_name="jsonl-none-partial_none-iid-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+    for trial in study.trials:
+        results = json.loads((sweep / str(trial.number) / "results.json").read_text())
+        assert results["metrics"]["valid"]["combined"] == pytest.approx(trial.value)
+    assert len(list((sweep / ".submitit").glob("*/*_log.out"))) == 2  # two submitit jobs

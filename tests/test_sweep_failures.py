@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import optuna
 import pytest
+from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
 from integration_helpers import FAST, run_cli, write_snips_sample_jsonl
-
-pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
 
 @pytest.fixture
@@ -67,3 +66,40 @@ def test_an_optuna_trial_with_a_user_error_is_failed_and_the_study_goes_on(data,
         assert (sweep / str(trial.number)).exists() != failed  # the failed trial left no run dir
     assert f"Failed experiment: error: {data['bad']}:5: invalid JSON" in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_an_optuna_trial_that_crashes_is_failed_with_its_traceback_and_the_study_goes_on(data, tmp_path):
+    """~15 s: 3 trials of hparams_search=erm that also search trainer.max_epochs over 1 and -5;
+    Lightning refuses -5 (MisconfigurationException: a crash, not a user error of ours)."""
+    sweep = tmp_path / "sweep"
+    fast = [o for o in _common(data) if not o.startswith(("optimizer.lr", "trainer.max_epochs"))]
+    proc = run_cli(["-m", "hparams_search=erm", *fast, f"dataset.train={data['train']}",
+                    "trainer.max_epochs=choice(1,-5)", "hydra.sweeper.n_trials=3",
+                    f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    study = optuna.load_study(study_name="jsonl-none-partial_none-iid-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
+    assert len(study.trials) == 3
+    crashed = {t.number for t in study.trials if t.params["trainer.max_epochs"] == -5}
+    assert crashed and len(crashed) < 3  # the sampler's seed (42) proposes both
+    for trial in study.trials:
+        assert trial.state == (TrialState.FAIL if trial.number in crashed else TrialState.COMPLETE)
+        assert (sweep / str(trial.number) / "results.json").is_file() != (trial.number in crashed)
+    log = proc.stdout + proc.stderr
+    assert "Failed experiment: Error in call to target 'pytorch_lightning.trainer.trainer.Trainer'" in log
+    assert "Traceback" in log and "MisconfigurationException" in log  # a crash is logged with its traceback
+    assert OmegaConf.load(sweep / "optimization_results.yaml").best_value == pytest.approx(study.best_value)
+
+
+def test_a_batch_with_more_failures_than_max_failure_rate_ends_the_sweep(data, tmp_path):
+    """~10 s: n_jobs=2 trials per batch, every trial reads the malformed file; 2 of 2 failed >
+    0.4, so the sweep ends after the first batch with the job's error line and exit status 1."""
+    fast = [o for o in _common(data) if not o.startswith("optimizer.lr")]
+    proc = run_cli(["-m", "hparams_search=erm", *fast, f"dataset.train={data['bad']}", "hydra.sweeper.n_trials=4",
+                    "hydra.sweeper.n_jobs=2", "hydra.sweeper.max_failure_rate=0.4",
+                    f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()  # Hydra's one line for the error, then its HYDRA_FULL_ERROR hint
+    assert lines[-3].startswith(f"error: {data['bad']}:5: invalid JSON") and "HYDRA_FULL_ERROR" in lines[-1]
+    assert "Traceback" not in proc.stderr
+    study = optuna.load_study(study_name="jsonl-none-partial_none-iid-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
+    assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.FAIL]  # batch 2 never started

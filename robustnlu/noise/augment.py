@@ -23,10 +23,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from robustnlu.data.utterance import Corpus
 from robustnlu.errors import ConfigError
+from robustnlu.extras import raise_missing_extra
 from robustnlu.noise.base import NoiseStats, NoiseTransform, utterance_rng
 
 MODES = ("inplace", "append")
@@ -34,7 +36,11 @@ MODES = ("inplace", "append")
 
 def build_transform(noise_cfg: Any, seed: int) -> NoiseTransform:
     """Instantiate a conf/noise/ config with the run's seed."""
-    transform = instantiate(noise_cfg, seed=seed)
+    try:
+        transform = instantiate(noise_cfg, seed=seed)
+    except InstantiationException as err:  # its module may need an extra (robustnlu/noise/synonym.py)
+        raise_missing_extra(err)
+        raise
     if not isinstance(transform, NoiseTransform):
         raise ConfigError(f"noise._target_ must build a NoiseTransform, got {type(transform).__name__}")
     return transform

@@ -27,10 +27,8 @@ pairs (not public), then the candidate with the lowest DistilGPT2 perplexity. Ou
 
 from __future__ import annotations
 
-from lemminflect import getAllInflections, getAllLemmas
-
 from robustnlu.noise.fluency import FluencyRanked
-from robustnlu.noise.synonym import FUNCTION_WORDS
+from robustnlu.noise.synonym import FUNCTION_WORDS, lemminflect  # lemminflect: the noise extra, checked there
 
 AUX_FORMS = frozenset("am is are was were be been being have has had having do does did doing done".split())
 """Forms of be / have / do: eligible, with their verb / auxiliary readings only."""
@@ -54,12 +52,12 @@ class Morphology(FluencyRanked):
     def _candidates(self, w: str) -> tuple[tuple[str, ...], ...]:
         if len(w) < 2 or not w.isalpha() or w in SKIP_WORDS:
             return ()
-        lemmas = getAllLemmas(w)
+        lemmas = lemminflect.getAllLemmas(w)
         upos_list = ("VERB", "AUX") if w in AUX_FORMS else _UPOS
         out: dict[tuple[str, ...], None] = {}
         for upos in upos_list:
             for lemma in lemmas.get(upos, ()):
-                for forms in getAllInflections(lemma, upos=upos).values():
+                for forms in lemminflect.getAllInflections(lemma, upos=upos).values():
                     for form in forms:
                         if form != w and form.isalpha():
                             out.setdefault((form.lower(),), None)

@@ -42,12 +42,16 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from lemminflect import getInflection
-
 from robustnlu.data.utterance import Utterance
 from robustnlu.errors import ConfigError, RobustNLUError
+from robustnlu.extras import require
 from robustnlu.noise.fluency import FluencyRanked
 from robustnlu.noise.wordnet import load_wordnet
+
+# the noise extra, for noise=morphology too (robustnlu/noise/morphology.py imports this module)
+NOISE_EXTRA_FEATURE = "noise=synonym / noise=morphology"
+lemminflect = require("lemminflect", "noise", NOISE_EXTRA_FEATURE)
+require("nltk", "noise", NOISE_EXTRA_FEATURE)  # the WordNet reader (robustnlu/noise/wordnet.py)
 
 FUNCTION_WORDS = frozenset(
     # pronouns
@@ -97,7 +101,7 @@ def inflection_tag(word: str, lemma: str, pos: str) -> str | None:
     if word == lemma:
         return None
     for tag in _TAGS[pos]:
-        if word in getInflection(lemma, tag=tag):
+        if word in lemminflect.getInflection(lemma, tag=tag):
             return tag
     if pos == "n":
         return "NNS"
@@ -116,12 +120,12 @@ def inflect(words: Sequence[str], tag: str | None, pos: str) -> list[str] | None
         return list(words)
     if pos in ("a", "r"):
         if len(words) == 1:
-            forms = getInflection(words[0], tag=tag, inflect_oov=False)
+            forms = lemminflect.getInflection(words[0], tag=tag, inflect_oov=False)
             if forms:
                 return [forms[0]]
         return ["more" if tag in ("JJR", "RBR") else "most", *words]
     head = 0 if pos == "v" else next((j - 1 for j in range(1, len(words)) if words[j] in _PREPOSITIONS), len(words) - 1)
-    forms = getInflection(words[head], tag=tag)
+    forms = lemminflect.getInflection(words[head], tag=tag)
     if not forms:
         return None
     return [*words[:head], forms[0], *words[head + 1 :]]

@@ -1,0 +1,170 @@
+"""``hydra/sweeper=optuna`` (conf/hydra/sweeper/optuna.yaml): Hydra's `Sweeper` interface over
+Optuna's ask-and-tell API, for Optuna >= 4 with SQLAlchemy 2. An adapter, not an optimiser: the
+sampler proposes, Hydra's launcher (basic, or submitit: Slurm / local processes) runs each batch of
+``n_jobs`` trials, the values the jobs return are told back. It replaces hydra-optuna-sweeper
+1.3.0 (which requires optuna < 3) with the same configuration keys and search-space syntax:
+
+- ``hydra.sweeper.params`` and sweep overrides on the command line are the search space:
+  ``choice(a, b)`` = categorical; ``interval(lo, hi)`` = float uniform, ``int(interval(lo, hi))`` =
+  int uniform, ``tag(log, ...)`` = log scale; ``range(start, stop, step)`` = stepped int / float
+  (``stop`` excluded, as in Hydra); not ``glob``. Plain overrides are
+  passed to every trial; a plain override of a searched key fixes it (it leaves the space).
+- ``direction``, ``study_name``, ``storage`` (``load_if_exists``: a rerun adds trials), ``n_trials``,
+  ``n_jobs``, ``max_failure_rate`` (checked per batch: more failed trials of a batch than this
+  share re-raises the first failure and ends the sweep), ``sampler`` (instantiated by Hydra).
+- A trial whose job fails is told as FAIL (``Failed experiment: <error>`` is logged, with the
+  traceback unless it is a user error's one line) and the study goes on; ``<sweep dir>/optimization_results.yaml`` holds the best trial of the study at the end.
+
+Single objective only (the project's objective is valid COMBINED); no ``search_space`` (deprecated
+in 1.3.0), ``custom_search_space`` or GridSampler. Optuna is imported when the sweeper runs, not
+when Hydra scans its plugins, so a core install without the ``hpo`` extra still starts."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import IntervalSweep, Override, RangeSweep, Transformer, ValueType
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobReturn
+from hydra.errors import CompactHydraException
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+from robustnlu.errors import ConfigError, RobustNLUError, exit_with_error
+
+log = logging.getLogger(__name__)
+
+DIRECTIONS = ("maximize", "minimize")
+
+
+def distribution(override: Override) -> Any:
+    """The Optuna distribution of a sweep override (see the module docstring)."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+        raise ConfigError(f"{override.input_line}: the Optuna sweeper takes choice, range or interval sweeps")
+    value = override.value()
+    if override.is_choice_sweep():
+        return CategoricalDistribution(list(override.sweep_iterator(transformer=Transformer.encode)))
+    if override.is_range_sweep():
+        assert isinstance(value, RangeSweep)
+        points = list(override.sweep_iterator())  # shuffle(range(...)) only reorders them
+        if not points:
+            raise ConfigError(f"{override.input_line}: the range is empty")
+        if all(isinstance(v, int) for v in (value.start, value.stop, value.step)):
+            return IntDistribution(min(points), max(points), step=abs(value.step))
+        return FloatDistribution(min(points), max(points), step=abs(value.step) if len(points) > 1 else None)
+    if override.is_interval_sweep():
+        assert isinstance(value, IntervalSweep)
+        log_scale = "log" in value.tags
+        if isinstance(value.start, int) and isinstance(value.end, int):
+            return IntDistribution(value.start, value.end, log=log_scale)
+        return FloatDistribution(value.start, value.end, log=log_scale)
+    raise AssertionError(f"unknown sweep {override.input_line}")  # Hydra 1.3 has no other kind
+
+
+def search_space(overrides: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``overrides`` (``hydra.sweeper.params`` as ``key=value`` first, then the command line's) as
+    (the searched keys and their distributions, the fixed overrides by key); a later override of a
+    key replaces an earlier one, so a plain value on the command line fixes a searched key."""
+    space: dict[str, Any] = {}
+    fixed: dict[str, str] = {}
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        key = override.get_key_element()
+        space.pop(key, None)
+        fixed.pop(key, None)
+        if override.is_sweep_override():
+            space[key] = distribution(override)
+        else:
+            fixed[key] = override.input_line
+    return space, fixed
+
+
+class OptunaSweeper(Sweeper):
+    """See the module docstring; the arguments are conf/hydra/sweeper/optuna.yaml's keys."""
+
+    def __init__(self, sampler: Any, direction: str, study_name: str | None, storage: str | None,
+                 n_trials: int, n_jobs: int, max_failure_rate: float, params: DictConfig | None) -> None:
+        self.sampler = sampler
+        self.direction = direction
+        self.study_name = study_name
+        self.storage = storage
+        self.n_trials = n_trials
+        self.n_jobs = n_jobs
+        self.max_failure_rate = max_failure_rate
+        self.params = params or {}
+        self.job_idx = 0
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def _check(self) -> None:
+        if self.direction not in DIRECTIONS:
+            raise ConfigError(f"hydra.sweeper.direction must be one of {DIRECTIONS}, got {self.direction!r}")
+        for key in ("n_trials", "n_jobs"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"hydra.sweeper.{key} must be an integer >= 1, got {value!r}")
+        rate = self.max_failure_rate
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0.0 <= rate <= 1.0:
+            raise ConfigError(f"hydra.sweeper.max_failure_rate must be in [0, 1], got {self.max_failure_rate!r}")
+
+    def sweep(self, arguments: list[str]) -> None:
+        import optuna
+        from optuna.trial import TrialState
+
+        try:
+            self._check()
+            space, fixed = search_space([*(f"{k}={v}" for k, v in self.params.items()), *arguments])
+        except ConfigError as err:
+            exit_with_error(err)
+        study = optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=self.sampler,
+                                    direction=self.direction, load_if_exists=True)
+        log.info(f"Study name: {study.study_name}")
+        log.info(f"Storage: {self.storage}")
+        log.info(f"Sampler: {type(self.sampler).__name__}")
+        log.info(f"Direction: {self.direction}")
+
+        left = self.n_trials
+        while left > 0:
+            trials = [study.ask(space) for _ in range(min(self.n_jobs, left))]
+            batch = [(*(f"{k}={v}" for k, v in trial.params.items()), *fixed.values()) for trial in trials]
+            returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
+            self.job_idx += len(returns)
+            told = [self._tell(study, trial, ret) for trial, ret in zip(trials, returns, strict=True)]
+            failed = [err for err in told if err is not None]
+            if len(failed) / len(returns) > self.max_failure_rate:
+                log.error(f"{len(failed)} of {len(returns)} trials failed (max_failure_rate={self.max_failure_rate})")
+                raise failed[0]  # the first failed job's error, as Hydra's basic sweeper ends
+            left -= len(trials)
+
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if not complete:
+            raise CompactHydraException(f"study {study.study_name!r} has no completed trial")
+        best = study.best_trial
+        log.info(f"Best parameters: {best.params}")
+        log.info(f"Best value: {best.value}")
+        results = {"name": "optuna", "best_params": best.params, "best_value": best.value}
+        OmegaConf.save(OmegaConf.create(results), f"{self.config.hydra.sweep.dir}/optimization_results.yaml")
+
+    @staticmethod
+    def _tell(study: Any, trial: Any, ret: JobReturn) -> Exception | None:
+        """Tell ``study`` the job's value (COMPLETE) or FAIL; the job's error when it failed."""
+        from optuna.trial import TrialState
+
+        try:
+            value = float(ret.return_value)  # raises the job's own error when the job failed
+        except Exception as err:  # noqa: BLE001  (any job error fails its trial only)
+            study.tell(trial, state=TrialState.FAIL)
+            # a user error is its one line (robustnlu.cli.JobFailed); a crash comes with its traceback
+            log.warning(f"Failed experiment: {err}", exc_info=None if isinstance(err, RobustNLUError) else err)
+            return err
+        if study.tell(trial, value).state != TrialState.COMPLETE:  # a NaN value is told as FAIL by Optuna
+            return ValueError(f"trial {trial.number} returned {value}")
+        return None
