@@ -52,6 +52,7 @@ from robustnlu.analysis.study import (
     _fmt,
     _markdown,
     atomic_save_figure,
+    check_results,
     compare_to_baseline,
     discover,
     group_runs,
@@ -107,6 +108,7 @@ def read_records(root: Path) -> Records:
     if not found:
         raise StudyError(f"{root}: no records (no <run>/results.json)")
     runs, _ = discover(found)
+    check_results(runs)
     by_name = {r.path.name: r for r in runs}
     meta = {name: read_json_object(r.path / "meta.json") if (r.path / "meta.json").is_file() else {}
             for name, r in by_name.items()}
@@ -138,8 +140,8 @@ def table10(runs: Sequence[Run]) -> list[dict[str, Any]]:
         members = cells[key]
         row: dict[str, Any] = {"dataset": key[0], "drift": key[1], "amount": key[2], "n": len(members)}
         for metric in ("intent_acc", "slot_f1", "combined"):
-            row[metric] = _mean([_pct(r.results["metrics"]["test"], metric) - _pct(r.results["metrics"]["valid"], metric)
-                                 for r in members])
+            row[metric] = _mean([_pct(r.results["metrics"]["test"], metric)
+                                 - _pct(r.results["metrics"]["valid"], metric) for r in members])
         theirs = paper.TABLE10.get(key)
         row["paper_acc"], row["paper_f1"] = (theirs["acc"], theirs["f1"]) if theirs else (None, None)
         rows.append(row)
@@ -236,7 +238,8 @@ def summary_markdown(rows: Sequence[dict[str, Any]]) -> str:
         base = r["method"] == BASELINE
         md_rows.append([
             r["label"], r["scenarios"], r["runs"],
-            *[x for key, _ in SUMMARY_METRICS for x in (_fmt(r[key]), "" if base else _fmt(r[f"{key}_pct"], sign=True))],
+            *[x for key, _ in SUMMARY_METRICS
+              for x in (_fmt(r[key]), "" if base else _fmt(r[f"{key}_pct"], sign=True))],
             "" if base or r["better"] is None else f"{r['better']} / {r['worse']} of {r['tested']}",
             _fmt(t12.get("combined"), 1), "" if base else _fmt(t12.get("combined_pct"), 1, sign=True),
             "" if base or "better" not in t12 else f"{t12['better']} / {t12['worse']} of 8",
@@ -272,7 +275,8 @@ def plot_significance(rows: Sequence[dict[str, Any]]):
         ax.bar([i + (j - 1.5) * 0.2 for i in range(len(methods))], heights, 0.2, color=color, hatch=hatch,
                alpha=1.0 if source == "ours" else 0.45, edgecolor="black", linewidth=0.4,
                label=f"sign. {kind} ({'ours' if source == 'ours' else 'paper, SNIPS full drift, Table 14'})")
-    ax.set_xticks(range(len(methods)), [r["label"] for r in methods], rotation=15, fontsize=8)
+    ax.set_xticks(range(len(methods)), [f"{r['label']}\n(ours of {r['tested']}, paper of 4)" for r in methods],
+                  fontsize=8)
     ax.set_ylabel("scenarios (COMBINED vs ERM)")
     ax.set_ylim(0, max([4] + [r["tested"] for r in methods]) + 0.5)
     ax.yaxis.get_major_locator().set_params(integer=True)
@@ -388,7 +392,7 @@ def worst_cluster_table(stats: Sequence[MethodStats], min_size: int = MIN_CLUSTE
                      f"{floor[0][1]} of {floor[0][2]}",
                      _fmt(_mean([100 * v for v in anything if v is not None]))])
     return _markdown(["dataset", "scenario", "method", "runs", f"worst-cluster COMBINED % (≥ {min_size} test utt.)",
-                      f"clusters ≥ {min_size} test utt.", "worst over all clusters %"], rows)
+                      f"clusters ≥ {min_size} test utt. (of those in test)", "worst over all clusters %"], rows)
 
 
 # --------------------------------------------------------------------------- budget, hardware

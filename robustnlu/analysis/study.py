@@ -232,6 +232,14 @@ def discover(paths: Sequence[Path]) -> tuple[list[Run], list[Incomplete]]:
     return runs, incomplete
 
 
+def check_results(runs: Iterable[Run]) -> None:
+    """`DataError` naming the first ``results.json`` that lacks a key a report reads."""
+    for run in runs:
+        for key in ("dataset", "method", "seed", "drift", "metrics"):
+            if key not in run.results:
+                raise DataError(run.path / "results.json", None, f"missing key {key!r}")
+
+
 def group_runs(runs: Iterable[Run]) -> dict[Scenario, dict[str, list[Run]]]:
     """Scenario → method → its runs (sorted by seed, then path); scenarios sorted, ERM first."""
     grouped: dict[Scenario, dict[str, list[Run]]] = defaultdict(lambda: defaultdict(list))
@@ -655,10 +663,7 @@ def build_study(paths: Sequence[Path], alpha: float = 0.05, rounds: int = 10_000
     if min_cluster_size < 1:
         raise StudyError(f"min_cluster_size must be >= 1, got {min_cluster_size}")
     runs, incomplete = discover(paths)
-    for run in runs:
-        for key in ("dataset", "method", "seed", "drift", "metrics"):
-            if key not in run.results:
-                raise DataError(run.path / "results.json", None, f"missing key {key!r}")
+    check_results(runs)
     stats = scenario_stats(group_runs(runs), min_cluster_size)
     comparisons = compare_to_baseline(stats, alpha, rounds, seed, rule)
     return Study(list(map(Path, paths)), runs, incomplete, stats, comparisons, significance_counts(comparisons),

@@ -273,6 +273,18 @@ def test_no_records_is_a_one_line_error(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_record_without_metrics_is_a_one_line_error(records, tmp_path, capsys):
+    broken = tmp_path / "records"
+    shutil.copytree(records, broken)
+    name = reproduce.Run("snips", "slot_value", False, "ood", "erm", 1).name
+    data = results(broken, name)
+    del data["metrics"]
+    (broken / name / "results.json").write_text(json.dumps(data))
+    assert reproduce.main(["report", "--records", str(broken), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == f"error: {broken / name / 'results.json'}: missing key 'metrics'\n"
+    assert not (tmp_path / "out").exists()
+
+
 def test_copied_real_record_reads_as_is(tmp_path):
     """The committed fixture is a real record of the driver, readable unchanged."""
     shutil.copytree(FIXTURE, tmp_path / "snips-slot_context-full-iid-erm-seed0")
