@@ -291,3 +291,18 @@ def test_copied_real_record_reads_as_is(tmp_path):
     text, figures = reproduction.render(reproduction.read_records(tmp_path), reproduce.report_design(tmp_path))
     assert "- Part A (ERM, 8 scenarios of SNIPS and ATIS, 2 seeds): 1 of 32 runs recorded" in text
     assert sorted(figures) == sorted(reproduction.FIGURES)
+
+
+def test_the_plan_releases_part_b_with_the_chosen_k(records, tmp_path, capsys):
+    """`parts` (shared by the plan and the report): 32 + 9 + 24 runs, 62 distinct (the k-search runs
+    with the chosen k are Part B's seed-0 runs on the k-search scenario); without records, Part B waits."""
+    part_a, k_runs, part_b = reproduce.parts(records)
+    assert (len(part_a), len(k_runs), len(part_b)) == (32, 9, 24)
+    assert {r.k for r in part_b} == set(CHOSEN.values())
+    names = [r.name for r in reproduce.plan(records)]
+    assert len(names) == len(set(names)) == 62
+    assert set(names) == {r.name for r in part_a + k_runs + part_b}
+    assert [r.part for r in reproduce.plan(tmp_path)].count("B") == 0
+    assert reproduce.main(["--list", "--records", str(records)]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("recorded") for line in listed) == 8 + 9 + 9 - 3
