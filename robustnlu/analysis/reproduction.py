@@ -26,7 +26,8 @@ What the report computes, each with the function that does it:
 - hyper-parameters, budget, hardware and wall times (``results.json`` config, ``meta.json``).
 
 Everything is iterated in sorted order and no clock is read: the same records give the same
-bytes. The section "Reading" is a placeholder for the person who reads the results.
+bytes. The section "Reading" is `READING`, written by the person who reads the results (a
+placeholder while it does not exist).
 """
 
 from __future__ import annotations
@@ -72,7 +73,11 @@ SIGNIFICANCE = {"alpha": 0.05, "rounds": 10_000, "seed": 0, "rule": "any"}
 #: Metrics of Tables 11-12: (key in metrics["test"], column title)
 SUMMARY_METRICS = (("combined", "COMBINED"), ("semer", "SEMER"), ("ma_intent_combined", "MA INT. COMBINED"))
 FIGURES = ("fig1a_drop.png", "fig2_significance.png", "erm_valid_curves.png")
-PLACEHOLDER = "**TO BE WRITTEN** by the lead once the study is complete"
+#: The section "Reading" is written by a person, in this file beside report.md (committed); the
+#: report includes it verbatim, so that rebuilding the report keeps it.
+READING = "reading.md"
+PLACEHOLDER = (f"**TO BE WRITTEN** (in `{READING}` beside this report, which the report includes) once the "
+               "study is complete")
 
 
 @dataclass(frozen=True)
@@ -457,8 +462,8 @@ def status_lines(records: Records, design: Design) -> list[str]:
     return lines
 
 
-def render(records: Records, design: Design) -> tuple[str, dict[str, Any]]:
-    """(report.md, figure name → Figure) of the records."""
+def render(records: Records, design: Design, reading: str | None = None) -> tuple[str, dict[str, Any]]:
+    """(report.md, figure name → Figure) of the records; ``reading``: the section "Reading"."""
     part_a = records.select(design.parts.get("A", []))
     snips_names = [n for n in design.parts.get("A", []) + design.parts.get("B", []) if n.startswith("snips-")]
     snips = records.select(snips_names)
@@ -476,8 +481,9 @@ def render(records: Records, design: Design) -> tuple[str, dict[str, Any]]:
         "bytes. The paper's numbers are transcribed in `robustnlu/analysis/paper_results.py`, with where each "
         "came from and where the extraction is unsure.", "",
         "## Status", "", *status_lines(records, design), "",
-        "## Reading", "", PLACEHOLDER + ": where we agree with the paper, where we do not, and the likely "
-        "reasons (encoder size, budget, no full HPO).", "",
+        "## Reading", "",
+        reading.strip() if reading else PLACEHOLDER + ": where we agree with the paper, where we do not, and the "
+        "likely reasons (encoder size, budget, no full HPO).", "",
         "## Q1: the drop under drift (Table 10, Figure 1a)", "",
         "ERM's change from validation to test, test − valid in points (negative: a drop; the paper's sign), "
         "mean over the recorded runs of the cell (i.i.d. and o.o.d. validation, seeds 0 and 1). Paper: Table 10 "
@@ -539,8 +545,11 @@ def render(records: Records, design: Design) -> tuple[str, dict[str, Any]]:
 
 
 def write(records_root: Path, design: Design, out: Path) -> list[Path]:
-    """``report.md`` and `FIGURES` under ``out``, rendered before the first file is written."""
-    text, figures = render(read_records(records_root), design)
+    """``report.md`` and `FIGURES` under ``out`` (with ``out``/`READING` as the section
+    "Reading" if it exists), rendered before the first file is written."""
+    reading = Path(out) / READING
+    text, figures = render(read_records(records_root), design,
+                           reading.read_text(encoding="utf-8") if reading.is_file() else None)
     written = [atomic_save_figure(fig, Path(out) / name) for name, fig in figures.items()]
     written.append(atomic_write_text(Path(out) / "report.md", text))
     return written

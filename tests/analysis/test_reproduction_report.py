@@ -151,7 +151,7 @@ def test_status_lines_count_the_recorded_runs(report):
     assert "- Part A (ERM, 8 scenarios of SNIPS and ATIS, 2 seeds): 8 of 32 runs recorded" in text
     assert "- k search: 9 of 9 runs recorded" in text
     assert "2 seeds): 9 of 24 runs recorded" in text
-    assert "**TO BE WRITTEN**" in section(text, "Reading")
+    assert reproduction.PLACEHOLDER in section(text, "Reading")
 
 
 def test_table10_is_ermss_mean_test_minus_valid(records, report):
@@ -306,3 +306,13 @@ def test_the_plan_releases_part_b_with_the_chosen_k(records, tmp_path, capsys):
     assert reproduce.main(["--list", "--records", str(records)]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert sum(line.startswith("recorded") for line in listed) == 8 + 9 + 9 - 3
+
+
+def test_the_reading_is_kept_when_the_report_is_rebuilt(records, tmp_path):
+    design = reproduce.report_design(records)
+    reproduction.write(records, design, tmp_path)
+    assert reproduction.PLACEHOLDER in section((tmp_path / "report.md").read_text(), "Reading")
+    (tmp_path / reproduction.READING).write_text("TopK agrees with the paper on 2 of 2 scenarios.\n")
+    reproduction.write(records, design, tmp_path)
+    reading = section((tmp_path / "report.md").read_text(), "Reading")
+    assert reading.strip() == "TopK agrees with the paper on 2 of 2 scenarios."
