@@ -38,7 +38,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from robustnlu.analysis.reproduction import Design, write
 from robustnlu.cli import REPO_ROOT
+from robustnlu.errors import RobustNLUError
 from robustnlu.io import atomic_write_json, atomic_write_with
 
 RECORDS = Path("docs") / "reproduction" / "records"
@@ -122,10 +124,10 @@ def parts(records: Path) -> tuple[list[Run], list[Run], list[Run]]:
 
 def plan(records: Path) -> list[Run]:
     """Every run of the study in the order they are run (the first comparisons first)."""
-    part_a, _, part_b = parts(records)
+    part_a, k_runs, part_b = parts(records)
     snips_full = [r for r in part_a if r.dataset == "snips" and not r.partial]
     first = [r for r in snips_full if r.seed == 0]
-    ordered = first + k_search_runs() + [r for r in part_b if r.seed == 0]
+    ordered = first + k_runs + [r for r in part_b if r.seed == 0]
     ordered += [r for r in part_a + part_b if r not in ordered and r.dataset == "snips"]
     ordered += [r for r in part_a if r not in ordered]
     # a Part B run whose k is not chosen yet waits; the k-search run it equals is not trained twice
@@ -199,10 +201,8 @@ def train(run: Run, repo: Path, records: Path, runs: Path, extra: list[str], do_
     return True
 
 
-def report_design(records: Path):
-    """What `robustnlu.analysis.reproduction` needs to know of the plan."""
-    from robustnlu.analysis.reproduction import Design
-
+def report_design(records: Path) -> Design:
+    """What the report (`robustnlu.analysis.reproduction`) needs to know of the plan."""
     part_a, k_runs, part_b = parts(records)
     k_search: dict[str, dict[int, str]] = {}
     for run in k_runs:
@@ -222,10 +222,7 @@ def report_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     import matplotlib
 
-    matplotlib.use("Agg")
-    from robustnlu.analysis.reproduction import write
-    from robustnlu.errors import RobustNLUError
-
+    matplotlib.use("Agg")  # no display needed
     try:
         written = write(args.records, report_design(args.records), args.out)
     except RobustNLUError as err:
@@ -239,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["report"]:
         return report_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m robustnlu.reproduce", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m robustnlu.reproduce", description=__doc__.split("\n\n")[0],
+                                     epilog="python -m robustnlu.reproduce report [--records DIR] [--out DIR]: "
+                                            "docs/reproduction/report.md from the records alone")
     parser.add_argument("--commit", action="store_true", help="git-commit each record as it lands")
     parser.add_argument("--only", nargs="*", default=None, help="run only these run names")
     parser.add_argument("--list", action="store_true", help="print the plan and what is recorded, then exit")
