@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from robustnlu.analysis.study import MIN_CLUSTER_SIZE
 from robustnlu.errors import RobustNLUError
 from robustnlu.extras import MissingExtra, require
 
@@ -97,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rule", choices=("any", "majority", "all"), default="any",
                         help="how many of a scenario's k paired tests must be significant (default any; "
                              "see robustnlu.analysis.study)")
+    parser.add_argument("--min-cluster-size", type=int, default=MIN_CLUSTER_SIZE,
+                        help="worst-cluster COMBINED over the clusters of at least this many test utterances "
+                             f"(default {MIN_CLUSTER_SIZE})")
     wb = parser.add_argument_group("Weights & Biases")
     wb.add_argument("--wandb", action="store_true",
                     help="also log the report as a W&B artifact (type report) in a run of job type report")
@@ -118,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     from robustnlu.analysis.study import build_study, write_report
 
     try:
-        study = build_study(args.dirs, alpha=args.alpha, rounds=args.rounds, seed=args.seed, rule=args.rule)
+        study = build_study(args.dirs, alpha=args.alpha, rounds=args.rounds, seed=args.seed, rule=args.rule,
+                            min_cluster_size=args.min_cluster_size)
     except RobustNLUError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -1,5 +1,7 @@
 """``python -m robustnlu.reproduce [--commit] [--only NAME ...] [--list]``: the core paper's study
-on this machine, resumable, each finished run kept as a compact record (issue 17).
+on this machine, resumable, each finished run kept as a compact record (issue 17);
+``python -m robustnlu.reproduce report``: ``docs/reproduction/report.md`` from the records alone
+(`robustnlu.analysis.reproduction`).
 
 The plan (`plan`), one training budget for every method (`BUDGET`):
 
@@ -36,7 +38,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from robustnlu.analysis.reproduction import Design, write
 from robustnlu.cli import REPO_ROOT
+from robustnlu.errors import RobustNLUError
 from robustnlu.io import atomic_write_json, atomic_write_with
 
 RECORDS = Path("docs") / "reproduction" / "records"
@@ -107,17 +111,23 @@ def chosen_k(records: Path, method: str) -> int | None:
     return min(scores, key=lambda k: (-scores[k], k))
 
 
-def plan(records: Path) -> list[Run]:
-    """Every run of the study in the order they are run (the first comparisons first)."""
+def parts(records: Path) -> tuple[list[Run], list[Run], list[Run]]:
+    """Part A, the k search and Part B (a TopK method's runs with k None while its k is not chosen)."""
     part_a = [Run(*s, "erm", seed) for seed in SEEDS for d in ("snips", "atis") for s in scenarios(d)]
-    snips_full = [r for r in part_a if r.dataset == "snips" and not r.partial]
     part_b = []
     for seed in SEEDS:
         for method in K_METHODS:
             k = chosen_k(records, method)
             part_b += [Run(*s, method, seed, k, part="B") for s in scenarios("snips", full_only=True)]
+    return part_a, k_search_runs(), part_b
+
+
+def plan(records: Path) -> list[Run]:
+    """Every run of the study in the order they are run (the first comparisons first)."""
+    part_a, k_runs, part_b = parts(records)
+    snips_full = [r for r in part_a if r.dataset == "snips" and not r.partial]
     first = [r for r in snips_full if r.seed == 0]
-    ordered = first + k_search_runs() + [r for r in part_b if r.seed == 0]
+    ordered = first + k_runs + [r for r in part_b if r.seed == 0]
     ordered += [r for r in part_a + part_b if r not in ordered and r.dataset == "snips"]
     ordered += [r for r in part_a if r not in ordered]
     # a Part B run whose k is not chosen yet waits; the k-search run it equals is not trained twice
@@ -191,8 +201,44 @@ def train(run: Run, repo: Path, records: Path, runs: Path, extra: list[str], do_
     return True
 
 
+def report_design(records: Path) -> Design:
+    """What the report (`robustnlu.analysis.reproduction`) needs to know of the plan."""
+    part_a, k_runs, part_b = parts(records)
+    k_search: dict[str, dict[int, str]] = {}
+    for run in k_runs:
+        k_search.setdefault(run.method, {})[run.k] = run.name
+    return Design(parts={"A": [r.name for r in part_a], "k": [r.name for r in k_runs],
+                         "B": [r.name for r in part_b]},
+                  k_search=k_search, chosen_k={m: chosen_k(records, m) for m in K_METHODS}, budget=BUDGET,
+                  k_scenario=Run(*K_SEARCH_SCENARIO, "erm", 0).scenario)
+
+
+def report_main(argv: list[str]) -> int:
+    """``python -m robustnlu.reproduce report``: docs/reproduction/report.md from the records."""
+    parser = argparse.ArgumentParser(prog="python -m robustnlu.reproduce report",
+                                     description="docs/reproduction/report.md and its figures, from the records alone")
+    parser.add_argument("--records", type=Path, default=REPO_ROOT / RECORDS, help=f"default: {RECORDS}")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / RECORDS.parent, help=f"default: {RECORDS.parent}")
+    args = parser.parse_args(argv)
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    try:
+        written = write(args.records, report_design(args.records), args.out)
+    except RobustNLUError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {', '.join(p.name for p in written)} to {args.out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m robustnlu.reproduce", description=__doc__.split("\n\n")[0])
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["report"]:
+        return report_main(argv[1:])
+    parser = argparse.ArgumentParser(prog="python -m robustnlu.reproduce", description=__doc__.split("\n\n")[0],
+                                     epilog="python -m robustnlu.reproduce report [--records DIR] [--out DIR]: "
+                                            "docs/reproduction/report.md from the records alone")
     parser.add_argument("--commit", action="store_true", help="git-commit each record as it lands")
     parser.add_argument("--only", nargs="*", default=None, help="run only these run names")
     parser.add_argument("--list", action="store_true", help="print the plan and what is recorded, then exit")

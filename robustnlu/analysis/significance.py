@@ -38,6 +38,7 @@ count as ties (as they must).
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -320,20 +321,24 @@ def exact_permutation_test(
 
 
 def load_predictions(run_dir: str | Path, split: str = "test") -> list[dict[str, Any]]:
-    """The prediction rows of a run: ``<run_dir>/predictions/<split>.jsonl`` (or ``run_dir``
-    itself if it is a ``.jsonl`` file), one JSON object per line with at least the keys
+    """The prediction rows of a run: ``<run_dir>/predictions/<split>.jsonl`` or, as a compact
+    record of `robustnlu.reproduce` keeps them, ``<split>.jsonl.gz`` (or ``run_dir`` itself if it
+    is a ``.jsonl`` or ``.jsonl.gz`` file), one JSON object per line with at least the keys
     `REQUIRED_KEYS`; blank lines are skipped. Raises `DataError` naming the file and line of a
     malformed row (invalid JSON, missing key, wrong type, tag sequences of different lengths,
     duplicate uid) or naming the file if it does not exist.
     """
     path = Path(run_dir)
-    if not (path.is_file() and path.suffix == ".jsonl"):
-        path = path / "predictions" / f"{split}.jsonl"
+    if not (path.is_file() and path.name.endswith((".jsonl", ".jsonl.gz"))):
+        plain = path / "predictions" / f"{split}.jsonl"
+        compressed = plain.with_name(plain.name + ".gz")
+        path = compressed if compressed.is_file() and not plain.is_file() else plain
     if not path.is_file():
         raise DataError(path, None, f"no {split} predictions (is the run finished?)")
     rows: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
-    with path.open(encoding="utf-8") as handle:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
         for lineno, line in enumerate(handle, start=1):
             if not line.strip():
                 continue

@@ -3,6 +3,7 @@ exact permutation test, pairing by uid, loading predictions."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import random
@@ -244,3 +245,16 @@ def test_load_predictions_reads_a_run_and_names_malformed_lines(tmp_path):
         with pytest.raises(DataError, match=problem) as info:
             load_predictions(run)
         assert str(info.value).startswith(f"{path}:2: ")
+
+
+def test_load_predictions_reads_a_compact_record_gzipped(tmp_path):
+    """A record of `robustnlu.reproduce` keeps ``predictions/<split>.jsonl.gz``; the plain file wins."""
+    a, b = pair(3, seed=2)
+    run = tmp_path / "record"
+    (run / "predictions").mkdir(parents=True)
+    gz = run / "predictions" / "test.jsonl.gz"
+    gz.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in a).encode()))
+    assert load_predictions(run) == a
+    assert load_predictions(gz) == a
+    (run / "predictions" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in b))
+    assert load_predictions(run) == b

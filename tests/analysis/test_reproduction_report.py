@@ -1,0 +1,318 @@
+"""`python -m robustnlu.reproduce report` on fabricated records: a real record of a tiny-encoder run
+(``reproduction_record/``, its predictions cut to 50 utterances) copied into every run the plan
+names, with predictions varied deterministically per method and seed and results.json's test
+metrics recomputed from them, so that the report's numbers can be recomputed independently."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from robustnlu import reproduce  # noqa: E402
+from robustnlu.analysis import reproduction  # noqa: E402
+from robustnlu.analysis.significance import (  # noqa: E402
+    approximate_randomization,
+    counts_array,
+    load_predictions,
+    metric_from_sums,
+)
+from robustnlu.analysis.study import MIN_CLUSTER_SIZE, Run, worst_cluster  # noqa: E402
+
+FIXTURE = Path(__file__).parent / "reproduction_record"
+# rows (of 50) each method gets right: ERM 20%, TopK 60% (better), TopK-Group 20% on other rows, TopK-AE none
+CORRECT = {"erm": (0, 2), "topk": (0, 6), "topk_group": (5, 2), "topk_ae": (0, 0)}
+# the k search: valid COMBINED per (method, k); the chosen k is the best
+K_VALID = {("topk", 2): 0.50, ("topk", 4): 0.60, ("topk", 8): 0.55, ("topk_group", 2): 0.70,
+           ("topk_group", 4): 0.70, ("topk_group", 8): 0.40, ("topk_ae", 2): 0.30, ("topk_ae", 4): 0.31,
+           ("topk_ae", 8): 0.35}
+CHOSEN = {"topk": 4, "topk_group": 2, "topk_ae": 8}
+# Part B records: TopK and TopK-Group in two full-drift scenarios, both seeds (TopK-AE: its k-search run only)
+B_SCENARIOS = (("snips", "slot_context", False, "iid"), ("snips", "slot_value", False, "ood"))
+# Part A records: every SNIPS full scenario of the comparison, one partial one and one ATIS one
+A_SCENARIOS = B_SCENARIOS + (("snips", "slot_context", True, "iid"), ("atis", "slot_value", False, "iid"))
+EPOCH_CURVE = (0.60, 0.70, 0.74, 0.75)
+
+
+def _rows(split: str) -> list[dict]:
+    return [json.loads(line) for line in gzip.decompress((FIXTURE / "predictions" / f"{split}.jsonl.gz")
+                                                          .read_bytes()).decode().splitlines()]
+
+
+def _vary(rows: list[dict], method: str, seed: int) -> list[dict]:
+    offset, tenths = CORRECT[method]
+    out = []
+    for i, row in enumerate(rows):
+        row = dict(row)
+        if (i * 3 + offset + seed) % 10 < tenths:
+            row["pred_intent"], row["pred_tags"] = row["gold_intent"], list(row["gold_tags"])
+        out.append(row)
+    return out
+
+
+def _metrics(rows: list[dict], shift: float) -> dict[str, float]:
+    sums = counts_array(rows).sum(axis=0)
+    out = {m: metric_from_sums(m, sums, len(rows)) + shift for m in ("intent_acc", "slot_f1", "semer")}
+    out["combined"] = (out["intent_acc"] + out["slot_f1"]) / 2
+    out["ma_intent_combined"] = out["combined"] - 0.01
+    return out
+
+
+def make_record(records: Path, run: reproduce.Run, part: str) -> None:
+    base = json.loads((FIXTURE / "results.json").read_text())
+    record = records / run.name
+    (record / "predictions").mkdir(parents=True)
+    results = dict(base, dataset=run.dataset, method=run.method, seed=run.seed)
+    results["drift"] = dict(base["drift"], kind=run.kind, partial=run.partial, validation=run.validation)
+    results["config"] = dict(base["config"], method={"name": run.method, "k": run.k}
+                             | ({"assignment": "bin"} if run.method == "topk_ae" else {}))
+    groups = {k: v for k, v in base["metrics"]["test"].items() if k.startswith("group/")}
+    scenario_shift = 0.01 * (A_SCENARIOS + B_SCENARIOS).index(
+        (run.dataset, run.kind, run.partial, run.validation)) if run.part != "k" else 0.0
+    for split in ("valid", "test"):
+        rows = _vary(_rows(split), run.method, run.seed)
+        with gzip.open(record / "predictions" / f"{split}.jsonl.gz", "wt") as handle:
+            handle.writelines(json.dumps(r) + "\n" for r in rows)
+        # valid: shifted so that ERM's drop differs per scenario; the k search sets valid COMBINED
+        results["metrics"] = results.get("metrics", {}) | {
+            split: _metrics(rows, scenario_shift + run.seed * 0.003 if split == "valid" else 0.0)}
+    if run.part == "k":
+        results["metrics"]["valid"]["combined"] = K_VALID[(run.method, run.k)]
+    results["metrics"]["test"].update(groups)
+    results["epochs_trained"] = len(EPOCH_CURVE)
+    (record / "results.json").write_text(json.dumps(results))
+    lines = ["epoch,step,valid/combined,train/loss_epoch"]
+    lines += [f"{e},{10 * e + 9},{v + 0.01 * run.seed},\n{e},{10 * e + 9},,1.0" for e, v in enumerate(EPOCH_CURVE)]
+    lines.append(f"{len(EPOCH_CURVE)},{10 * len(EPOCH_CURVE)},0.99,")  # the evaluation after training
+    (record / "metrics.csv").write_text("\n".join(lines) + "\n")
+    meta = json.loads((FIXTURE / "meta.json").read_text()) | {"part": part, "wall_time_s": 600.0 + 60 * run.seed}
+    (record / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("records")
+    for run in reproduce.k_search_runs():
+        make_record(root, run, "k")
+    for seed in reproduce.SEEDS:
+        for scenario in A_SCENARIOS:
+            make_record(root, reproduce.Run(*scenario, "erm", seed), "A")
+        for scenario in B_SCENARIOS:
+            for method in ("topk", "topk_group"):
+                run = reproduce.Run(*scenario, method, seed, CHOSEN[method], part="B")
+                if not (root / run.name).exists():  # the k-search run it equals
+                    make_record(root, run, "B")
+    return root
+
+
+@pytest.fixture(scope="module")
+def report(records, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    assert reproduce.main(["report", "--records", str(records), "--out", str(out)]) == 0
+    return out
+
+
+def results(records: Path, name: str) -> dict:
+    return json.loads((records / name / "results.json").read_text())
+
+
+def table_row(text: str, *first_cells: str) -> list[str]:
+    """The cells of the one Markdown table row of ``text`` whose first cells are ``first_cells``."""
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
+    found = [r for r in rows if r[:len(first_cells)] == list(first_cells)]
+    assert len(found) == 1, (first_cells, found)
+    return found[0]
+
+
+def section(text: str, title: str) -> str:
+    return text.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_report_regenerates_byte_for_byte(records, report, tmp_path):
+    assert sorted(p.name for p in report.iterdir()) == sorted(("report.md", *reproduction.FIGURES))
+    again = tmp_path / "again"
+    reproduction.write(records, reproduce.report_design(records), again)
+    for path in sorted(report.iterdir()):
+        assert (again / path.name).read_bytes() == path.read_bytes(), path.name
+    assert (report / "fig1a_drop.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_status_lines_count_the_recorded_runs(report):
+    text = (report / "report.md").read_text()
+    # Part A: 2 seeds x 4 scenarios of 32; k search complete; Part B: topk and topk_group in 2 scenarios x 2
+    # seeds (the seed-0 slot_context ones are k-search runs) of 24 (topk_ae's 8 minus its k-search run: 1)
+    assert "- Part A (ERM, 8 scenarios of SNIPS and ATIS, 2 seeds): 8 of 32 runs recorded" in text
+    assert "- k search: 9 of 9 runs recorded" in text
+    assert "2 seeds): 9 of 24 runs recorded" in text
+    assert reproduction.PLACEHOLDER in section(text, "Reading")
+
+
+def test_table10_is_ermss_mean_test_minus_valid(records, report):
+    text = section((report / "report.md").read_text(), "Q1")
+    for dataset, kind, partial, _ in A_SCENARIOS:
+        amount = "partial" if partial else "full"
+        names = [reproduce.Run(dataset, kind, partial, v, "erm", s).name for v in ("iid", "ood") for s in (0, 1)]
+        runs = [results(records, n) for n in names if (records / n).exists()]
+        row = table_row(text, dataset, kind, amount)
+        assert row[3] == str(len(runs))
+        for metric, column in (("intent_acc", 4), ("slot_f1", 6), ("combined", 8)):
+            expected = np.mean([100 * (r["metrics"]["test"][metric] - r["metrics"]["valid"][metric]) for r in runs])
+            assert row[column] == f"{expected:+.2f}"
+    assert table_row(text, "snips", "slot_context", "full")[5] == "-2.0"  # the paper's Table 10 beside
+    assert table_row(text, "snips", "slot_context", "full")[7] == "-2.7"
+
+
+def _significant(records: Path, name: str, erm_name: str) -> tuple[bool, bool]:
+    """(significantly better, significantly worse) on COMBINED by a direct test of the pair."""
+    result = approximate_randomization(load_predictions(records / name / "predictions" / "test.jsonl.gz"),
+                                       load_predictions(records / erm_name / "predictions" / "test.jsonl.gz"),
+                                       "combined", rounds=10_000, seed=0)
+    return result.p_value < 0.05 and result.difference > 0, result.p_value < 0.05 and result.difference < 0
+
+
+@pytest.mark.parametrize("method", ["topk", "topk_group", "topk_ae"])
+def test_tables_11_12_recomputed_from_the_records(records, report, method):
+    text = section((report / "report.md").read_text(), "Q4")
+    per_scenario = {}
+    for scenario in B_SCENARIOS:
+        names = {s: reproduce.Run(*scenario, method, s, CHOSEN[method]).name for s in reproduce.SEEDS}
+        names = {s: n for s, n in names.items() if (records / n).exists()}
+        if names:
+            per_scenario[scenario] = names
+    paper_name = {"topk": "TOPK", "topk_group": "TOPK-GROUP", "topk_ae": "TOPK-AE-BIN"}[method]
+    row = table_row(text, f"{method} (k={CHOSEN[method]}) = {paper_name}")
+    assert row[1] == str(len(per_scenario))
+    better = worse = 0
+    for column, key in ((3, "combined"), (5, "semer"), (7, "ma_intent_combined")):
+        mine, erm = [], []
+        for scenario, names in per_scenario.items():
+            mine.append(np.mean([100 * results(records, n)["metrics"]["test"][key] for n in names.values()]))
+            erm_names = [reproduce.Run(*scenario, "erm", s).name for s in reproduce.SEEDS]
+            erm.append(np.mean([100 * results(records, n)["metrics"]["test"][key] for n in erm_names]))
+        assert row[column] == f"{np.mean(mine):.2f}"
+        assert row[column + 1] == f"{100 * (np.mean(mine) - np.mean(erm)) / np.mean(erm):+.2f}"
+    for scenario, names in per_scenario.items():
+        tests = [_significant(records, n, reproduce.Run(*scenario, "erm", s).name) for s, n in names.items()]
+        change = (np.mean([results(records, n)["metrics"]["test"]["combined"] for n in names.values()])
+                  - np.mean([results(records, reproduce.Run(*scenario, "erm", s).name)["metrics"]["test"]["combined"]
+                             for s in reproduce.SEEDS]))
+        up, down = any(b for b, _ in tests), any(w for _, w in tests)
+        better += change > 0 and up and not down
+        worse += change < 0 and down and not up
+    assert row[9] == f"{better} / {worse} of {len(per_scenario)}"
+    expected = {"topk": (2, 0), "topk_group": (0, 0), "topk_ae": (0, 1)}[method]  # by construction (CORRECT)
+    assert (better, worse) == expected
+
+
+def test_k_search_table_and_chosen_k(report):
+    text = section((report / "report.md").read_text(), "The k search")
+    for method, k in CHOSEN.items():
+        row = table_row(text, method)
+        assert row[-1] == str(k)
+        assert row[1:4] == [f"{100 * K_VALID[(method, kk)]:.2f}" for kk in reproduce.K_GRID]
+
+
+def test_erm_curve_leaves_out_the_evaluation_after_training(records):
+    run = reproduction.read_records(records).runs[reproduce.Run("snips", "slot_value", False, "ood", "erm", 1).name]
+    assert reproduction.valid_curve(run) == pytest.approx([100 * (v + 0.01) for v in EPOCH_CURVE])
+
+
+def test_drift_table_reads_split_stats(records, report):
+    text = section((report / "report.md").read_text(), "The splits")
+    splits = json.loads((FIXTURE / "results.json").read_text())["drift"]["split_stats"]["splits"]
+    row = table_row(text, "snips", "slot_context", "full", "iid")
+    assert row[4:10] == [str(splits["train"]["size"]), f"{splits['train']['percent_drift']:.1f}",
+                         str(splits["valid"]["size"]), f"{splits['valid']['percent_drift']:.1f}",
+                         str(splits["test"]["size"]), f"{splits['test']['percent_drift']:.1f}"]
+
+
+def test_worst_cluster_by_hand():
+    metrics = {"group/0/n": 12.0, "group/0/combined": 0.50, "group/0/semer": 0.2,
+               "group/1/n": 2.0, "group/1/combined": 0.00, "group/1/semer": 0.9,
+               "group/7/n": 10.0, "group/7/combined": 0.40, "group/7/semer": 0.3,
+               "combined": 0.8}
+    assert MIN_CLUSTER_SIZE == 10
+    assert worst_cluster(metrics) == (0.40, 2, 3)  # cluster 1 (2 utterances) left out
+    assert worst_cluster(metrics, "semer") == (0.3, 2, 3)  # semer: the highest
+    assert worst_cluster(metrics, min_size=1) == (0.0, 3, 3)
+    assert worst_cluster(metrics, min_size=13) == (None, 0, 3)
+    assert worst_cluster({"combined": 0.8}) == (None, 0, 0)
+
+
+def test_the_study_reports_the_worst_cluster_over_big_clusters(tmp_path):
+    """`robustnlu.analysis.study` (python -m robustnlu.report) takes the same floor by default."""
+    test = {"combined": 0.7, "worst_group/combined": 0.0, "group/0/n": 2.0, "group/0/combined": 0.0,
+            "group/1/n": 15.0, "group/1/combined": 0.6, "group/2/n": 11.0, "group/2/combined": 0.45}
+    run = Run(tmp_path, {"metrics": {"test": test, "valid": test}})
+    assert run.value("worst_group/combined") == 0.45
+    assert run.value("worst_group/combined", min_cluster_size=1) == 0.0
+    assert run.value("worst_group/combined", min_cluster_size=16) is None
+
+
+def test_worst_cluster_table_counts_the_qualifying_clusters(report):
+    text = section((report / "report.md").read_text(), "Worst cluster")
+    test = json.loads((FIXTURE / "results.json").read_text())["metrics"]["test"]
+    sizes = {k.split("/")[1]: v for k, v in test.items() if k.startswith("group/") and k.endswith("/n")}
+    big = [test[f"group/{g}/combined"] for g, n in sizes.items() if n >= MIN_CLUSTER_SIZE]
+    row = table_row(text, "snips", "slot_context full iid", "erm = ERM")
+    assert row[4] == f"{100 * min(big):.2f}"
+    assert row[5] == f"{len(big)} of {len(sizes)}"
+    assert row[6] == f"{100 * min(test[f'group/{g}/combined'] for g in sizes):.2f}"
+
+
+def test_no_records_is_a_one_line_error(tmp_path, capsys):
+    assert reproduce.main(["report", "--records", str(tmp_path / "none"), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_record_without_metrics_is_a_one_line_error(records, tmp_path, capsys):
+    broken = tmp_path / "records"
+    shutil.copytree(records, broken)
+    name = reproduce.Run("snips", "slot_value", False, "ood", "erm", 1).name
+    data = results(broken, name)
+    del data["metrics"]
+    (broken / name / "results.json").write_text(json.dumps(data))
+    assert reproduce.main(["report", "--records", str(broken), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == f"error: {broken / name / 'results.json'}: missing key 'metrics'\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_copied_real_record_reads_as_is(tmp_path):
+    """The committed fixture is a real record of the driver, readable unchanged."""
+    shutil.copytree(FIXTURE, tmp_path / "snips-slot_context-full-iid-erm-seed0")
+    text, figures = reproduction.render(reproduction.read_records(tmp_path), reproduce.report_design(tmp_path))
+    assert "- Part A (ERM, 8 scenarios of SNIPS and ATIS, 2 seeds): 1 of 32 runs recorded" in text
+    assert sorted(figures) == sorted(reproduction.FIGURES)
+
+
+def test_the_plan_releases_part_b_with_the_chosen_k(records, tmp_path, capsys):
+    """`parts` (shared by the plan and the report): 32 + 9 + 24 runs, 62 distinct (the k-search runs
+    with the chosen k are Part B's seed-0 runs on the k-search scenario); without records, Part B waits."""
+    part_a, k_runs, part_b = reproduce.parts(records)
+    assert (len(part_a), len(k_runs), len(part_b)) == (32, 9, 24)
+    assert {r.k for r in part_b} == set(CHOSEN.values())
+    names = [r.name for r in reproduce.plan(records)]
+    assert len(names) == len(set(names)) == 62
+    assert set(names) == {r.name for r in part_a + k_runs + part_b}
+    assert [r.part for r in reproduce.plan(tmp_path)].count("B") == 0
+    assert reproduce.main(["--list", "--records", str(records)]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("recorded") for line in listed) == 8 + 9 + 9 - 3
+
+
+def test_the_reading_is_kept_when_the_report_is_rebuilt(records, tmp_path):
+    design = reproduce.report_design(records)
+    reproduction.write(records, design, tmp_path)
+    assert reproduction.PLACEHOLDER in section((tmp_path / "report.md").read_text(), "Reading")
+    (tmp_path / reproduction.READING).write_text("TopK agrees with the paper on 2 of 2 scenarios.\n")
+    reproduction.write(records, design, tmp_path)
+    reading = section((tmp_path / "report.md").read_text(), "Reading")
+    assert reading.strip() == "TopK agrees with the paper on 2 of 2 scenarios."
