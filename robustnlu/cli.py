@@ -21,8 +21,9 @@ from typing import TypeVar
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
+from robustnlu.config_schema import check_config
 from robustnlu.errors import RobustNLUError
 
 T = TypeVar("T")
@@ -57,9 +58,11 @@ def discard_run_dir(run_dir: Path) -> None:
 
 
 def run_or_exit(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
-    """Run ``task(cfg)``; a `RobustNLUError` prints ``error: <message>`` and exits with 2, or in
-    a multirun raises `JobFailed` so that only this job fails (a `SystemExit` would end the sweep)."""
+    """Check ``cfg`` against its app's schema (`robustnlu.config_schema`), then run ``task(cfg)``;
+    a `RobustNLUError` prints ``error: <message>`` and exits with 2, or in a multirun raises
+    `JobFailed` so that only this job fails (a `SystemExit` would end the sweep)."""
     try:
+        check_config(cfg, HydraConfig.get().job.config_name)
         return task(cfg)
     except RobustNLUError as err:
         hydra_cfg = HydraConfig.get()
@@ -73,12 +76,17 @@ def run_or_exit(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
 
 def compose_run_config(overrides: list[str]) -> DictConfig:
     """The training config ``python -m robustnlu <overrides>`` would run, with its ``hydra``
-    node (sweep dir, sweeper settings): for drivers that launch multiruns (robustnlu.hpo,
-    robustnlu.efficiency) and must know where they will write."""
+    node (sweep dir, sweeper settings), checked against the schema: for drivers that launch
+    multiruns (robustnlu.hpo, robustnlu.efficiency) and must know where they will write."""
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    with open_dict(cfg):  # what the multirun's jobs will see as ${hydra:runtime.output_dir}
+        cfg.hydra.runtime.output_dir = cfg.hydra.sweep.dir
+    HydraConfig.instance().set_config(cfg)
+    check_config(cfg, "config")
+    return cfg
 
 
 def run_multirun(args: list[str]) -> None:
