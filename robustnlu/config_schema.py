@@ -32,6 +32,16 @@ from robustnlu.errors import ConfigError
 
 
 # ---------------------------------------------------------------------------- the spec language
+class Missing:
+    """A value the config leaves to the user (``???``)."""
+
+    def __str__(self) -> str:
+        return "???"
+
+
+MISSING = Missing()
+
+
 def show(value: Any) -> str:
     """A value as the user would write it on the command line."""
     if isinstance(value, (DictConfig, ListConfig)):
@@ -221,6 +231,8 @@ class Node(Spec):
                 known = ", ".join(sorted(self.keys))
                 raise bad(f"{prefix}{name}", f"unknown key ({key or 'the config'} has {known})", value[name])
         for name, spec in self.keys.items():
+            if value.get(name) is MISSING:
+                raise bad(f"{prefix}{name}", "must be set", MISSING)
             if name in value:
                 spec.check(f"{prefix}{name}", value[name], root)
             elif name not in self.optional:
@@ -642,8 +654,7 @@ def schema(config_name: str) -> Node:
 
 def plain(cfg: DictConfig) -> dict[str, Any]:
     """The config as plain containers with its interpolations resolved, without Hydra's own
-    ``hydra`` node; ``???`` (a value that must be given) becomes None, so the schema reports
-    it as "must be set"."""
+    ``hydra`` node; ``???`` (a value that must be given) becomes `MISSING`."""
 
     def walk(node: DictConfig | ListConfig, key: str) -> Any:
         items = node.items_ex(resolve=False) if isinstance(node, DictConfig) else enumerate(node._iter_ex(resolve=False))
@@ -654,7 +665,7 @@ def plain(cfg: DictConfig) -> dict[str, Any]:
             child_key = f"{key}.{name}" if key else str(name)
             raw = node._get_node(name)
             if OmegaConf.is_missing(node, name):
-                value = None
+                value = MISSING
             else:
                 try:
                     value = node[name]

@@ -20,6 +20,7 @@ from optuna.trial import TrialState, create_trial
 
 from integration_helpers import CONF, FAST, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu import hpo
+from robustnlu.errors import ConfigError
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # add_trial
 
@@ -79,7 +80,7 @@ def test_method_specific_search_spaces_are_table_9():
 def test_driver_overrides():
     assert hpo.search_overrides(["+experiment=snips", "method=topk"]) == [
         "hparams_search=topk", "+experiment=snips", "method=topk"]
-    with pytest.raises(SystemExit):
+    with pytest.raises(ConfigError, match="exactly one method"):
         hpo.search_overrides(["+experiment=snips"])
     assert hpo.retrain_overrides(["method=topk", "hparams_search=topk", "seed=3", "paths.hpo_dir=x",
                                   "hydra.sweeper.n_trials=3", "hydra.sweep.dir=d", "validation=ood"]) == [

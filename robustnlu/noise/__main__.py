@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig
 
-from robustnlu.cli import repo_root, run_or_exit
+from robustnlu.cli import hydra_app, repo_root, run_or_exit
 from robustnlu.data.readers import load_corpus
 from robustnlu.data.utterance import SPLITS
 from robustnlu.errors import ConfigError
@@ -45,7 +44,7 @@ def write_noised_dataset(cfg: DictConfig) -> dict:
     return record
 
 
-@hydra.main(version_base="1.3", config_path="../../conf", config_name="noise_dataset")
+@hydra_app("noise_dataset")
 def main(cfg: DictConfig) -> None:
     run_or_exit(write_noised_dataset, cfg)
 

@@ -17,10 +17,9 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig
 
-from robustnlu.cli import repo_root, run_or_exit
+from robustnlu.cli import hydra_app, repo_root, run_or_exit
 from robustnlu.errors import ConfigError
 
 DEFAULT_INSPECT = 5
@@ -99,7 +98,7 @@ def run(cfg: DictConfig) -> None:
         print(inspect_clusters(split, corpus, cfg.inspect, cfg.inspect_examples))
 
 
-@hydra.main(version_base="1.3", config_path="../../conf", config_name="seqdrift")
+@hydra_app("seqdrift")
 def main(cfg: DictConfig) -> None:
     run_or_exit(run, cfg)
 
