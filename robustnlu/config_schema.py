@@ -318,7 +318,7 @@ def _importable(key: str, target: str) -> Any:
     try:
         return get_object(target)
     except Exception as err:  # ImportError, AttributeError, a failing module: not importable
-        raise bad(key, f"cannot import it ({type(err).__name__})", target) from None
+        raise bad(key, f"cannot be imported ({str(err.__cause__ or err).splitlines()[0]})", target) from None
 
 
 def arguments_of(target: str) -> frozenset[str] | str:

@@ -25,7 +25,7 @@ def files_under(folder: Path) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------- training CLI
-#: (overrides, the one line expected): the values of issue 15 and one of each kind of check
+#: (overrides, the one line expected): the values of issue 15, an unknown key, Hydra's own errors
 BAD_VALUES = {
     "negative lr": (["optimizer.lr=-1e-4"], "error: optimizer.lr: must be > 0 (got -0.0001)"),
     "zero batch": (["data.batch_size=0"], "error: data.batch_size: must be >= 1 (got 0)"),
@@ -34,15 +34,6 @@ BAD_VALUES = {
     "unknown key": (["+optimizer.momentum=0.9"],
                     "error: optimizer.momentum: unknown key (optimizer has betas, eps, lr, name, warmup_steps, "
                     "weight_decay) (got 0.9)"),
-    "bad choice": (["method=group_dro", "method.sampling=balanced"],
-                   "error: method.sampling: must be one of shuffle, group_balanced (got balanced)"),
-    "not a flag": (["model.crf=yes"], "error: model.crf: must be true or false (got yes)"),
-    "across groups": ([*SMALL_DRIFT, "drift.test_fraction=0.5", "validation.hold_out_both=true", "drift.valid_fraction=0.25"],
-                      "error: drift.test_fraction: test + validation fractions (validation twice with "
-                      "validation.hold_out_both) must be < 1 (got 0.5)"),
-    "unimportable callback": (["+callbacks.mine._target_=no.such.Callback"],
-                              "error: callbacks.mine._target_: cannot import it (ModuleNotFoundError) (got no.such.Callback)"),
-    "not set": (["dataset=jsonl", "dataset.train=x.jsonl"], "error: dataset.test: must be set (got ???)"),
     # Hydra's own errors (the config cannot be composed) end the same way, on one line
     "key without +": (["trainer.foo=1"],
                       "error: Could not override 'trainer.foo'; To append to your config use +trainer.foo=1; "
@@ -61,6 +52,28 @@ def test_a_bad_config_value_is_one_line_exit_2_and_nothing_on_disk(tmp_path, cas
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert error_lines(proc.stderr) == [expected]
     assert files_under(tmp_path) == []  # no run dir, no Hydra log, no split cache (outputs/cache)
+
+
+#: the other kinds of check, in-process (the same check `run_or_exit` makes): (overrides, message)
+MORE_BAD_VALUES = {
+    "bad choice": (["method=group_dro", "method.sampling=balanced"],
+                   "method.sampling: must be one of shuffle, group_balanced (got balanced)"),
+    "not a flag": (["model.crf=yes"], "model.crf: must be true or false (got yes)"),
+    "across groups": ([*SMALL_DRIFT, "drift.test_fraction=0.5", "validation.hold_out_both=true", "drift.valid_fraction=0.25"],
+                      "drift.test_fraction: test + validation fractions (validation twice with "
+                      "validation.hold_out_both) must be < 1 (got 0.5)"),
+    "unimportable callback": (["+callbacks.mine._target_=no.such.Callback"],
+                              "callbacks.mine._target_: cannot be imported (No module named 'no') (got no.such.Callback)"),
+    "not set": (["dataset=jsonl", "dataset.train=x.jsonl"], "dataset.test: must be set (got ???)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MORE_BAD_VALUES))
+def test_each_kind_of_bad_value_is_named_with_its_key(case):
+    overrides, expected = MORE_BAD_VALUES[case]
+    with pytest.raises(ConfigError) as err:
+        compose_run_config([*FAST, *overrides])
+    assert str(err.value) == expected
 
 
 def test_a_bad_value_in_a_multirun_fails_its_job_only(tmp_path):
