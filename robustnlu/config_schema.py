@@ -71,6 +71,15 @@ class Spec:
         raise NotImplementedError
 
 
+def present(spec: Spec, key: str, value: Any, kind: type, noun: str) -> bool:
+    """False for a null that ``spec`` allows; `ConfigError` unless ``value`` is a ``kind``."""
+    if value is None and spec.null:
+        return False
+    if not isinstance(value, kind):
+        raise bad(key, f"must be {noun}", value)
+    return True
+
+
 @dataclass(frozen=True)
 class Interval:
     """``"(0, 1]"``, ``"[1, inf)"``: the allowed range of a number."""
@@ -111,6 +120,7 @@ class Scalar(Spec):
     interval: Interval | None = None
     choices: tuple[Any, ...] = ()
     null: bool = False
+    pattern: str | None = None  # text: a regular expression the whole string must match
 
     def check(self, key: str, value: Any, root: Mapping[str, Any]) -> None:
         if value is None:
@@ -133,6 +143,8 @@ class Scalar(Spec):
             raise bad(key, "must be a finite number", value)
         if self.interval is not None and value not in self.interval:
             raise bad(key, self.interval.describe(), value)
+        if self.pattern is not None and not re.fullmatch(self.pattern, value):
+            raise bad(key, f"must match {self.pattern}", value)
 
 
 def integer(interval: str | None = None, *, null: bool = False) -> Scalar:
@@ -151,8 +163,8 @@ def flag() -> Scalar:
     return Scalar("flag")
 
 
-def text(*, null: bool = False) -> Scalar:
-    return Scalar("text", null=null)
+def text(*, null: bool = False, pattern: str | None = None) -> Scalar:
+    return Scalar("text", null=null, pattern=pattern)
 
 
 @dataclass(frozen=True)
@@ -187,10 +199,8 @@ class Seq(Spec):
     null: bool = False
 
     def check(self, key: str, value: Any, root: Mapping[str, Any]) -> None:
-        if value is None and self.null:
+        if not present(self, key, value, list, "a list"):
             return
-        if not isinstance(value, list):
-            raise bad(key, "must be a list", value)
         if self.length is not None and len(value) != self.length:
             raise bad(key, f"must be a list of {self.length}", value)
         if len(value) < self.min_length:
@@ -221,10 +231,8 @@ class Node(Spec):
     null: bool = False
 
     def check(self, key: str, value: Any, root: Mapping[str, Any]) -> None:
-        if value is None and self.null:
+        if not present(self, key, value, dict, "a mapping"):
             return
-        if not isinstance(value, dict):
-            raise bad(key, "must be a mapping", value)
         prefix = f"{key}." if key else ""
         for name in value:
             if name not in self.keys and self.extra != "*" and name not in self.extra:
@@ -255,10 +263,10 @@ class Variants(Spec):
     null: bool = False
 
     def check(self, key: str, value: Any, root: Mapping[str, Any]) -> None:
-        if (value is None or value == {}) and self.null:  # adversary=none is an empty node
+        if value == {} and self.null:  # adversary=none is an empty node
             return
-        if not isinstance(value, dict):
-            raise bad(key, "must be a mapping", value)
+        if not present(self, key, value, dict, "a mapping"):
+            return
         which = value.get(self.by)
         node = self.options.get(which) if isinstance(which, str) else None
         if node is not None:
@@ -277,10 +285,8 @@ class MapOf(Spec):
     null: bool = False
 
     def check(self, key: str, value: Any, root: Mapping[str, Any]) -> None:
-        if value is None and self.null:
+        if not present(self, key, value, dict, "a mapping"):
             return
-        if not isinstance(value, dict):
-            raise bad(key, "must be a mapping", value)
         for name, item in value.items():
             if item is not None:
                 self.value.check(f"{key}.{name}", item, root)
@@ -564,8 +570,9 @@ def trainer() -> Node:
     return Node({
         "_target_": choice("pytorch_lightning.Trainer"), "default_root_dir": text(),
         "max_epochs": integer(AT_LEAST_1), "accelerator": choice("auto", "cpu", "gpu", "cuda", "mps", "tpu"),
-        "devices": AnyOf((integer(AT_LEAST_1), choice("auto"), Seq(integer(NON_NEGATIVE), min_length=1)),
-                         "must be a device count >= 1, auto or a list of device ids"),
+        "devices": AnyOf((integer(AT_LEAST_1), choice(-1, "auto"), text(pattern=r"-1|[1-9]\d*|\d+(,\d+)*,"),
+                          text(pattern=r"\d+(,\d+)+"), Seq(integer(NON_NEGATIVE), min_length=1)),
+                         "must be a device count >= 1, -1 (all), auto, or device ids as a list or \"0,1\""),
         "precision": choice(*PRECISIONS), "gradient_clip_val": number(NON_NEGATIVE, null=True),
         "log_every_n_steps": integer(AT_LEAST_1), "deterministic": AnyOf((flag(), choice("warn")), "must be true, false or warn"),
         "enable_model_summary": flag(), "enable_progress_bar": flag(), "use_distributed_sampler": flag(),
