@@ -663,28 +663,21 @@ def plain(cfg: DictConfig) -> dict[str, Any]:
     """The config as plain containers with its interpolations resolved, without Hydra's own
     ``hydra`` node; ``???`` (a value that must be given) becomes `MISSING`."""
 
+    def value_of(node: DictConfig | ListConfig, name: Any, key: str) -> Any:
+        if OmegaConf.is_missing(node, name):
+            return MISSING
+        try:
+            value = node[name]
+        except Exception as err:  # an interpolation of a key that does not exist, a bad resolver
+            raw = OmegaConf.to_container(node)[name]
+            raise bad(key, f"cannot be resolved: {err}".splitlines()[0], raw) from None
+        return walk(value, key) if isinstance(value, (DictConfig, ListConfig)) else value
+
     def walk(node: DictConfig | ListConfig, key: str) -> Any:
-        items = node.items_ex(resolve=False) if isinstance(node, DictConfig) else enumerate(node._iter_ex(resolve=False))
-        out: dict | list = {} if isinstance(node, DictConfig) else []
-        for name, _ in items:
-            if not key and name == "hydra":
-                continue
-            child_key = f"{key}.{name}" if key else str(name)
-            raw = node._get_node(name)
-            if OmegaConf.is_missing(node, name):
-                value = MISSING
-            else:
-                try:
-                    value = node[name]
-                except Exception as err:  # an interpolation of a key that does not exist, a bad resolver
-                    raise bad(child_key, f"cannot be resolved: {err}".splitlines()[0], raw._value()) from None
-                if isinstance(value, (DictConfig, ListConfig)):
-                    value = walk(value, child_key)
-            if isinstance(out, dict):
-                out[name] = value
-            else:
-                out.append(value)
-        return out
+        if isinstance(node, ListConfig):
+            return [value_of(node, i, f"{key}[{i}]") for i in range(len(node))]
+        return {name: value_of(node, name, f"{key}.{name}" if key else str(name))
+                for name in node if key or name != "hydra"}
 
     return walk(cfg, "")
 
