@@ -138,8 +138,13 @@ def compose_run_config(overrides: list[str]) -> DictConfig:
         raise ConfigError(hydra_message(err)) from err
     with open_dict(cfg):  # what the multirun's jobs will see as ${hydra:runtime.output_dir}
         cfg.hydra.runtime.output_dir = cfg.hydra.sweep.dir
-    HydraConfig.instance().set_config(cfg)
-    check_config(cfg, "config")
+    hydra_config = HydraConfig.instance()
+    previous, hydra_config.cfg = hydra_config.cfg, None
+    try:
+        hydra_config.set_config(cfg)  # resolves ${hydra:...} as in a job
+        check_config(cfg, "config")
+    finally:
+        hydra_config.cfg = previous
     return cfg
 
 
