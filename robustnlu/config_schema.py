@@ -411,6 +411,10 @@ def fractions_leave_training_data(cfg: Mapping[str, Any], _: Any) -> bool:
     return d["test_fraction"] + held_out * d["valid_fraction"] < 1
 
 
+TINY_POSITIONS_RULE = Rule(
+    "data.max_length", lambda c, _: c["encoder"]["kind"] != "tiny" or c["data"]["max_length"] <= c["encoder"]["max_position_embeddings"],
+    "must be <= encoder.max_position_embeddings")
+
 SPLIT_RULE = Rule("drift.test_fraction", fractions_leave_training_data,
                   "test + validation fractions (validation twice with validation.hold_out_both) must be < 1")
 
@@ -439,7 +443,8 @@ def noise(null: bool = False) -> Variants:
                                                    "target_tokens": targets}),
         instance("robustnlu.noise.misspelling.Misspelling", {
             "rate": rate, "edit_probs": Node({t: number(NON_NEGATIVE) for t in EDIT_TYPES}, optional=frozenset(EDIT_TYPES)),
-            "min_token_len": integer("[2, inf)"), "target_tokens": targets}),
+            "min_token_len": integer("[2, inf)"), "target_tokens": targets},
+            rules=(Rule("edit_probs", lambda n, _: sum(n["edit_probs"].values()) > 0, "must have a positive sum"),)),
         instance("robustnlu.noise.abbreviation.Abbreviation", {"rate": rate, "kb_file": text(null=True),
                                                                "vowel_drop": flag(), "homophones": flag(),
                                                                "target_tokens": targets}),
@@ -644,7 +649,7 @@ def schema(config_name: str) -> Node:
             "method": method(), "selection": selection(), "augment": augment(),
             "callbacks": callbacks(), "logger": loggers(), "suite": suites(), "paths": paths(),
             "efficiency": efficiency(),
-        }, optional=frozenset({"suite", "efficiency", "adversary"}), rules=(SPLIT_RULE,))
+        }, optional=frozenset({"suite", "efficiency", "adversary"}), rules=(SPLIT_RULE, TINY_POSITIONS_RULE))
     if config_name == "seqdrift":  # python -m robustnlu.seqdrift
         return Node({"dataset": dataset(), "drift": drift(), "validation": validation(), "paths": paths(),
                      "inspect": integer(NON_NEGATIVE), "inspect_examples": integer(NON_NEGATIVE)}, rules=(SPLIT_RULE,))

@@ -65,6 +65,9 @@ MORE_BAD_VALUES = {
     "unimportable callback": (["+callbacks.mine._target_=no.such.Callback"],
                               "callbacks.mine._target_: cannot be imported (No module named 'no') (got no.such.Callback)"),
     "not set": (["dataset=jsonl", "dataset.train=x.jsonl"], "dataset.test: must be set (got ???)"),
+    "longer than the positions": (["data.max_length=200"], "data.max_length: must be <= encoder.max_position_embeddings (got 200)"),
+    "no edit": (["augment=misspelling", "augment.noise.edit_probs={insertion:0,deletion:0,substitution:0,transposition:0}"],
+                "augment.noise.edit_probs: must have a positive sum (got {insertion:0,deletion:0,substitution:0,transposition:0})"),
 }
 
 
