@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import hydra
 from omegaconf import DictConfig
 
-from robustnlu.cli import run_or_exit
+from robustnlu.cli import hydra_app, run_or_exit
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra_app("config")
 def main(cfg: DictConfig) -> float:
     from robustnlu.train import run  # imported here so `--help` and config errors stay fast
 

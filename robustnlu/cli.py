@@ -6,24 +6,34 @@ submitit launchers) a user error fails that job only: the job prints the same li
 its run dir, then raises `JobFailed` (an ordinary exception) instead of exiting, so Hydra records
 a failed job and the sweep goes on. The basic sweeper runs the batch's other jobs, then prints
 ``Error executing job with overrides: [...]`` and the line once more, and exits with status 1;
-the Optuna sweeper records the trial as FAIL (``max_failure_rate``) and goes on with the study."""
+the Optuna sweeper records the trial as FAIL (``max_failure_rate``) and goes on with the study.
+
+Every entry point reports a user error the same way (`robustnlu.errors.report`): the Hydra
+apps (training, seqdrift, noise, evaluate) through `hydra_app` and `run_or_exit`, which also
+turn Hydra's own errors (an unknown key, a group option that does not exist, an override that
+does not parse) into that one line; the argparse ones (predict, report, compare, hpo,
+efficiency and the analysis tools) through `robustnlu.errors.entry_point`."""
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
-from robustnlu.errors import RobustNLUError
+from robustnlu.config_schema import check_config
+from robustnlu.errors import ConfigError, RobustNLUError, report
 
 T = TypeVar("T")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -57,28 +67,85 @@ def discard_run_dir(run_dir: Path) -> None:
 
 
 def run_or_exit(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
-    """Run ``task(cfg)``; a `RobustNLUError` prints ``error: <message>`` and exits with 2, or in
-    a multirun raises `JobFailed` so that only this job fails (a `SystemExit` would end the sweep)."""
+    """Check ``cfg`` against its app's schema (`robustnlu.config_schema`), then run ``task(cfg)``;
+    a `RobustNLUError` prints ``error: <message>`` and exits with 2, or in a multirun raises
+    `JobFailed` so that only this job fails (a `SystemExit` would end the sweep)."""
     try:
+        check_config(cfg, HydraConfig.get().job.config_name)
         return task(cfg)
     except RobustNLUError as err:
         hydra_cfg = HydraConfig.get()
         discard_run_dir(Path(hydra_cfg.runtime.output_dir))
-        message = f"error: {err}"
-        print(message, file=sys.stderr, flush=True)
+        status = report(err)
         if hydra_cfg.mode == RunMode.MULTIRUN:
-            raise JobFailed(message) from err
-        sys.exit(2)
+            raise JobFailed(f"error: {err}") from err
+        sys.exit(status)
+
+
+def hydra_message(err: CompactHydraException) -> str:
+    """Hydra's message for a config it cannot compose, on one line (its OmegaConf cause
+    included; the config search path and OmegaConf's key details left out)."""
+    text = str(err).split("Config search path:")[0]
+    if err.__cause__ is not None and str(err.__cause__) not in text:
+        text += "\n" + str(err.__cause__)
+    parts: list[str] = []
+    for line in text.splitlines():
+        if not line.strip() or re.match(r"\s*(full_key|object_type|reference_type|See https)\b", line):
+            continue
+        if line[0].isspace() and parts:  # an indented list (the options of a config group)
+            parts[-1] += (" " if parts[-1].endswith(":") else ", ") + line.strip()
+        else:
+            parts.append(line.strip().rstrip("."))
+    return "; ".join(parts)
+
+
+def hydra_app(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Callable[[], None]]:
+    """``@hydra.main`` over ``conf/<config_name>.yaml``, except that a config Hydra cannot
+    compose ends like every user error: one line, exit 2 (Hydra prints several lines and exits
+    with 1). ``HYDRA_FULL_ERROR=1`` is Hydra's switch to raise its errors instead of printing
+    them; unexpected errors then show their whole traceback. A multirun whose jobs failed
+    (`JobFailed`) still ends with Hydra's summary line and exit status 1."""
+
+    def decorate(task: Callable[[DictConfig], Any]) -> Callable[[], None]:
+        app = hydra.main(version_base="1.3", config_path=str(REPO_ROOT / "conf"), config_name=config_name)(task)
+
+        @functools.wraps(task)
+        def main() -> None:
+            os.environ["HYDRA_FULL_ERROR"] = "1"
+            try:
+                app()
+            except JobFailed as err:
+                print(err, file=sys.stderr, flush=True)
+                sys.exit(1)
+            except CompactHydraException as err:
+                sys.exit(report(ConfigError(hydra_message(err))))
+
+        return main
+
+    return decorate
 
 
 def compose_run_config(overrides: list[str]) -> DictConfig:
     """The training config ``python -m robustnlu <overrides>`` would run, with its ``hydra``
-    node (sweep dir, sweeper settings): for drivers that launch multiruns (robustnlu.hpo,
-    robustnlu.efficiency) and must know where they will write."""
+    node (sweep dir, sweeper settings), checked against the schema: for drivers that launch
+    multiruns (robustnlu.hpo, robustnlu.efficiency) and must know where they will write."""
     from hydra import compose, initialize_config_dir
 
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    try:
+        with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    except CompactHydraException as err:
+        raise ConfigError(hydra_message(err)) from err
+    with open_dict(cfg):  # what the multirun's jobs will see as ${hydra:runtime.output_dir}
+        cfg.hydra.runtime.output_dir = cfg.hydra.sweep.dir
+    hydra_config = HydraConfig.instance()
+    previous, hydra_config.cfg = hydra_config.cfg, None
+    try:
+        hydra_config.set_config(cfg)  # resolves ${hydra:...} as in a job
+        check_config(cfg, "config")
+    finally:
+        hydra_config.cfg = previous
+    return cfg
 
 
 def run_multirun(args: list[str]) -> None:
@@ -90,4 +157,5 @@ def run_multirun(args: list[str]) -> None:
         raise SystemExit(rc)
 
 
-__all__ = ["REPO_ROOT", "JobFailed", "compose_run_config", "discard_run_dir", "repo_root", "run_multirun", "run_or_exit"]
+__all__ = ["REPO_ROOT", "JobFailed", "compose_run_config", "discard_run_dir", "hydra_app", "hydra_message", "repo_root",
+           "run_multirun", "run_or_exit"]

@@ -1,10 +1,16 @@
-"""User-facing errors: one line that names the file, the line and the problem."""
+"""User-facing errors: one line that names the file, the line and the problem, and how every
+entry point reports them: ``error: <message>`` on stderr, exit status 2 (`report`)."""
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, ParamSpec
+
+P = ParamSpec("P")
+USER_ERROR = 2  # the exit status of every user error
 
 
 class RobustNLUError(Exception):
@@ -26,7 +32,28 @@ class ConfigError(RobustNLUError):
     """An invalid configuration value (names the config key)."""
 
 
-def exit_with_error(err: Exception | str) -> NoReturn:
-    """End a command on a user error: ``error: <err>`` on stderr (one line), exit status 2."""
+def report(err: RobustNLUError | str) -> int:
+    """Print ``error: <message>`` (one line) on stderr; returns the exit status of a user error."""
     print(f"error: {err}", file=sys.stderr, flush=True)
-    sys.exit(2)
+    return USER_ERROR
+
+
+def entry_point(main: Callable[P, int]) -> Callable[P, int]:
+    """For the argparse entry points (``sys.exit(main())``): ``main`` returns the exit status; a
+    `RobustNLUError` raised anywhere in it is reported (`report`) and the status is 2. The Hydra
+    apps have `robustnlu.cli.run_or_exit` (which also discards the run directory)."""
+
+    @functools.wraps(main)
+    def run(*args: P.args, **kwargs: P.kwargs) -> int:
+        try:
+            return main(*args, **kwargs)
+        except RobustNLUError as err:
+            return report(err)
+
+    return run
+
+
+def exit_with_error(err: RobustNLUError | str) -> NoReturn:
+    """End the process on a user error where no entry point can return a status (a Hydra
+    callback, the sweeper): `report`, then exit with status 2."""
+    sys.exit(report(err))

@@ -30,11 +30,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from robustnlu.analysis.robustness import METRICS, NoiseScore, score_table
-from robustnlu.cli import repo_root, run_or_exit
+from robustnlu.cli import hydra_app, repo_root, run_or_exit
 from robustnlu.data.readers import load_corpus
 from robustnlu.data.utterance import Corpus, Utterance
 from robustnlu.errors import ConfigError, DataError
@@ -171,7 +170,7 @@ def evaluate(cfg: DictConfig) -> str:
     return tables
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
+@hydra_app("evaluate")
 def main(cfg: DictConfig) -> None:
     run_or_exit(evaluate, cfg)
 

@@ -25,14 +25,15 @@ study name, storage URL and sweep dir exactly as the sweeper will, so nothing is
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
 
 from robustnlu.cli import compose_run_config, run_multirun
-from robustnlu.errors import exit_with_error
-from robustnlu.extras import MissingExtra, require
+from robustnlu.errors import ConfigError, RobustNLUError, entry_point
+from robustnlu.extras import require
 
 
 class MakeDirs(Callback):
@@ -86,7 +87,7 @@ def search_overrides(overrides: list[str]) -> list[str]:
         return list(overrides)
     methods = [o.split("=", 1)[1] for o in overrides if _key(o) == "method"]
     if len(methods) != 1 or "," in methods[0]:
-        raise SystemExit("error: give exactly one method=<name> (or hparams_search=<name>)")
+        raise ConfigError("give exactly one method=<name> (or hparams_search=<name>)")
     return [f"hparams_search={methods[0]}", *overrides]
 
 
@@ -98,7 +99,8 @@ def retrain_overrides(overrides: list[str]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- the protocol
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+@entry_point
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m robustnlu.hpo", description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -110,10 +112,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-retrain", action="store_true", help="stop after writing best_params.json")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m robustnlu")
     args = parser.parse_args(argv)
-    try:
-        require("optuna", "hpo", "python -m robustnlu.hpo")
-    except MissingExtra as err:
-        exit_with_error(err)
+    require("optuna", "hpo", "python -m robustnlu.hpo")  # MissingExtra: one error line (entry_point)
 
     search = search_overrides(args.overrides)
     cfg = compose_run_config(search)
@@ -134,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     study = load_study(name, storage)
     chosen = top_settings(study, args.top) if study is not None else []
     if not chosen:
-        raise SystemExit(f"error: study {name!r} in {storage} has no completed trial")
+        raise RobustNLUError(f"study {name!r} in {storage} has no completed trial")
 
     from robustnlu.io import atomic_write_json
 
@@ -167,8 +166,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                            *(f"{k}={v}" for k, v in setting["params"].items()),
                            f"hydra.sweep.dir={Path(setting['retrain_dir']).parent}",
                            f"hydra.sweep.subdir={Path(setting['retrain_dir']).name}"])
-    return report
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -21,7 +21,7 @@ import torch
 from robustnlu.data.datamodule import Collator, encode_utterances
 from robustnlu.data.readers.common import read_lines
 from robustnlu.data.utterance import Utterance
-from robustnlu.errors import DataError, RobustNLUError
+from robustnlu.errors import DataError, entry_point
 from robustnlu.io import atomic_write_jsonl
 from robustnlu.metrics import extract_spans
 from robustnlu.model.encoders import load_tokenizer
@@ -78,6 +78,7 @@ def read_utterances(path: Path) -> list[str]:
     return [line.strip() for line in read_lines(path) if line.strip()]
 
 
+@entry_point
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m robustnlu.predict", description=__doc__.split("\n\n")[0])
     parser.add_argument("--ckpt", required=True, help="a checkpoint written by a training run")
@@ -88,12 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if bool(args.file) == bool(args.utterance):
         parser.error("give either an utterance or --file")
-    try:
-        texts = read_utterances(args.file) if args.file else [" ".join(args.utterance)]
-        rows = Predictor.from_checkpoint(args.ckpt, args.device).predict(texts)
-    except RobustNLUError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    texts = read_utterances(args.file) if args.file else [" ".join(args.utterance)]
+    rows = Predictor.from_checkpoint(args.ckpt, args.device).predict(texts)
     if args.file:
         if args.out:
             atomic_write_jsonl(args.out, rows)

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from robustnlu.analysis.study import MIN_CLUSTER_SIZE
-from robustnlu.errors import RobustNLUError
-from robustnlu.extras import MissingExtra, require
+from robustnlu.errors import RobustNLUError, entry_point
+from robustnlu.extras import require
 
 
 TABLES = ("table10_metrics", "relative_change", "significance_counts")
@@ -86,6 +86,7 @@ def log_to_wandb(out: Path, files: list[Path], *, mode: str, project: str, artif
     return run_dir
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m robustnlu.report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -111,22 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     wb.add_argument("--wandb-artifact", default="study-report", help="artifact name (default study-report)")
     args = parser.parse_args(argv)
     if args.wandb:
-        try:
-            require("wandb", "wandb", "--wandb")
-        except MissingExtra as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
+        require("wandb", "wandb", "--wandb")  # MissingExtra: one error line (entry_point)
     import matplotlib
 
     matplotlib.use("Agg")
     from robustnlu.analysis.study import build_study, write_report
 
-    try:
-        study = build_study(args.dirs, alpha=args.alpha, rounds=args.rounds, seed=args.seed, rule=args.rule,
-                            min_cluster_size=args.min_cluster_size)
-    except RobustNLUError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    study = build_study(args.dirs, alpha=args.alpha, rounds=args.rounds, seed=args.seed, rule=args.rule,
+                        min_cluster_size=args.min_cluster_size)
     written = write_report(study, args.out)
     n_scenarios = len({r.scenario for r in study.runs})
     print(f"{len(study.runs)} runs in {n_scenarios} scenarios, "
@@ -143,8 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             run_dir = log_to_wandb(args.out, written, mode=args.wandb_mode, project=args.wandb_project,
                                    artifact_name=args.wandb_artifact, config=config, summary=summary)
         except wandb.errors.Error as err:  # e.g. online without `wandb login`
-            print(f"error: W&B: {err} (the report itself is in {args.out})", file=sys.stderr)
-            return 2
+            raise RobustNLUError(f"W&B: {err} (the report itself is in {args.out})") from err
         if args.wandb_mode == "offline":
             print(f"W&B: offline run with artifact {args.wandb_artifact!r} in {run_dir}; upload it with\n"
                   f"  wandb sync {run_dir}")

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from robustnlu.analysis.reproduction import Design, write
 from robustnlu.cli import REPO_ROOT
-from robustnlu.errors import RobustNLUError
+from robustnlu.errors import entry_point
 from robustnlu.io import atomic_write_json, atomic_write_with
 
 RECORDS = Path("docs") / "reproduction" / "records"
@@ -223,15 +223,12 @@ def report_main(argv: list[str]) -> int:
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed
-    try:
-        written = write(args.records, report_design(args.records), args.out)
-    except RobustNLUError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    written = write(args.records, report_design(args.records), args.out)
     print(f"wrote {', '.join(p.name for p in written)} to {args.out}")
     return 0
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["report"]:

@@ -17,6 +17,8 @@ from integration_helpers import CONF, FAST, jsonl_overrides, run_cli, write_snip
 from robustnlu import hpo
 from robustnlu.errors import ConfigError
 
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # add_trial
+
 METHODS = sorted(p.stem for p in (CONF / "method").glob("*.yaml"))
 LAMBDA_GAMMA = {"optimizer.lr": FloatDistribution(1e-5, 1e-4, log=True),             # Table 9 λ
                 "model.intent_loss_scale": FloatDistribution(1e-2, 10.0, log=True)}  # Table 9 γ
@@ -103,7 +105,7 @@ def test_a_bad_sweeper_setting_is_one_error_line(tmp_path):
 def test_driver_overrides():
     assert hpo.search_overrides(["+experiment=snips", "method=topk"]) == [
         "hparams_search=topk", "+experiment=snips", "method=topk"]
-    with pytest.raises(SystemExit):
+    with pytest.raises(ConfigError, match="exactly one method"):
         hpo.search_overrides(["+experiment=snips"])
     assert hpo.retrain_overrides(["method=topk", "hparams_search=topk", "seed=3", "paths.hpo_dir=x",
                                   "hydra.sweeper.n_trials=3", "hydra.sweep.dir=d", "validation=ood"]) == [

@@ -9,12 +9,12 @@ sub-directories are runs (Hydra multirun: ``<sweep>/<job number>-<scenario>-<met
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from robustnlu.errors import DataError, RobustNLUError
+from robustnlu.analysis.study import read_json_object
+from robustnlu.errors import DataError, entry_point
 
 #: (results key, column title, higher is better)
 COLUMNS = (
@@ -48,11 +48,7 @@ def job_order(path: Path) -> tuple[bool, int, str]:
 
 
 def load_results(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "results.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise DataError(path, err.lineno, f"invalid JSON: {err.msg}") from None
+    return read_json_object(run_dir / "results.json")
 
 
 #: width of a metric cell: "100.00 (+123.45%)" and a separating space
@@ -84,17 +80,13 @@ def comparison_table(runs: list[dict[str, Any]], labels: list[str]) -> str:
     return "\n".join(lines)
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m robustnlu.analysis.compare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path, help="run directories or sweep directories")
     args = parser.parse_args(argv)
-    try:
-        dirs = run_dirs(args.dirs)
-        runs = [load_results(d) for d in dirs]
-    except RobustNLUError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    runs = [load_results(d) for d in run_dirs(args.dirs)]
     labels = [f"{r['method']} (seed {r['seed']})" for r in runs]
     first = runs[0]
     print(f"{first['dataset']}, drift {first['drift']['kind']}; test metrics in %, "

@@ -20,11 +20,13 @@ prints a run's tables from ``<run>/robustness.json``; with two runs, the effects
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from robustnlu.analysis.study import read_json_object
+from robustnlu.errors import DataError, entry_point
 
 METRICS = {"intent_acc": "IC", "slot_f1": "SL", "frame_acc": "EM"}
 EFFECTS = ("drop", "gain", "residual", "clean_cost")
@@ -133,22 +135,22 @@ def load_scores(run_dir: Path) -> dict[str, list[NoiseScore]]:
     """``<run_dir>/robustness.json``: suite name → its scores."""
     path = run_dir / "robustness.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no robustness results (train with suite=[...] or run python -m robustnlu.evaluate)")
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return {suite: [NoiseScore.from_dict(d) for d in entry["scores"]] for suite, entry in data["suites"].items()}
+        raise DataError(path, None, "no robustness results (train with suite=[...] or run python -m robustnlu.evaluate)")
+    data = read_json_object(path)
+    try:
+        return {suite: [NoiseScore.from_dict(d) for d in entry["scores"]] for suite, entry in data["suites"].items()}
+    except (KeyError, TypeError, AttributeError) as err:
+        raise DataError(path, None, f"not a robustness.json ({type(err).__name__}: {err})") from None
 
 
+@entry_point
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m robustnlu.analysis.robustness", description=__doc__.split("\n\n")[0])
     parser.add_argument("base", type=Path, help="a run directory with robustness.json")
     parser.add_argument("aug", type=Path, nargs="?", help="a second (augmented) run to compare with the first")
     args = parser.parse_args(argv)
-    try:
-        base = load_scores(args.base)
-        aug = load_scores(args.aug) if args.aug else None
-    except (FileNotFoundError, KeyError, json.JSONDecodeError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    base = load_scores(args.base)
+    aug = load_scores(args.aug) if args.aug else None
     for suite, scores in base.items():
         print(f"\n## {suite}: {args.base}\n\n{score_table(scores)}")
         if aug is not None and suite in aug:

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
-from typing import Any
 
 from robustnlu.cli import compose_run_config, run_multirun
 from robustnlu.efficiency.curve import subset_percentages
+from robustnlu.errors import ConfigError, entry_point
 
 #: run directories name the percentage (the job number keeps other sweeps apart)
 SUBDIR = "hydra.sweep.subdir=${hydra.job.num}-${efficiency.mode}-${efficiency.percent}pct-seed${seed}"
@@ -44,7 +45,7 @@ def training_overrides(overrides: list[str]) -> list[str]:
     """``target=<domain>`` → ``dataset=topv2_<domain>``, plus ``efficiency=topv2``."""
     out = [f"dataset=topv2_{o.split('=', 1)[1]}" if o.startswith("target=") else o for o in overrides]
     if not any(o.startswith("dataset=") for o in out):
-        raise SystemExit("error: name the target domain: target=<alarm|event|messaging|music|navigation|reminder|timer|weather>")
+        raise ConfigError("name the target domain: target=<alarm|event|messaging|music|navigation|reminder|timer|weather>")
     return ["efficiency=topv2", *out]
 
 
@@ -57,7 +58,8 @@ def source_checkpoints(source_dir: Path) -> dict[int, Path]:
     return found
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+@entry_point
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m robustnlu.efficiency", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--percents", type=numbers(float), default=subset_percentages(),
@@ -94,8 +96,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     written = write_efficiency(study, sweep_dir / "efficiency")
     print((sweep_dir / "efficiency" / "efficiency.md").read_text())
     print(f"wrote {', '.join(str(p) for p in written)}")
-    return {"sweep_dir": str(sweep_dir), "written": [str(p) for p in written]}
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

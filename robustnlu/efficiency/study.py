@@ -45,7 +45,7 @@ from robustnlu.efficiency.curve import (
     fit_power_law,
 )
 from robustnlu.analysis.study import read_json_object, walk_run_dirs
-from robustnlu.errors import DataError, RobustNLUError
+from robustnlu.errors import DataError, RobustNLUError, entry_point
 from robustnlu.io import atomic_write_json, atomic_write_text
 
 FILES = ("efficiency.json", "efficiency.md", "efficiency.png")
@@ -404,6 +404,7 @@ def _groups(dirs: Sequence[Path], labels: Sequence[str] | None) -> list[tuple[st
     return list(grouped.items())
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m robustnlu.efficiency.study", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -422,11 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    try:
-        study = build_efficiency(_groups(args.dirs, args.label), args.reach, args.at, args.metric)
-    except RobustNLUError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    study = build_efficiency(_groups(args.dirs, args.label), args.reach, args.at, args.metric)
     written = write_efficiency(study, args.out)
     for c in study.curves:
         for note in c.notes:

@@ -7,22 +7,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig
 
-from robustnlu.cli import repo_root, run_or_exit
+from robustnlu.cli import hydra_app, repo_root, run_or_exit
 from robustnlu.data.readers import load_corpus
 from robustnlu.data.utterance import SPLITS
-from robustnlu.errors import ConfigError
 from robustnlu.io import atomic_write_json, atomic_write_jsonl
 from robustnlu.noise.augment import build_transform
 from robustnlu.noise.base import noise_all
 
 
 def write_noised_dataset(cfg: DictConfig) -> dict:
-    unknown = sorted(set(cfg.splits) - set(SPLITS))
-    if unknown:
-        raise ConfigError(f"splits: unknown split(s) {unknown}; choose from {list(SPLITS)}")
     corpus = load_corpus(cfg.dataset, repo_root(cfg))
     transform = build_transform(cfg.noise, cfg.seed).fit(corpus.train)
     out_dir = Path(cfg.out_dir)
@@ -45,7 +40,7 @@ def write_noised_dataset(cfg: DictConfig) -> dict:
     return record
 
 
-@hydra.main(version_base="1.3", config_path="../../conf", config_name="noise_dataset")
+@hydra_app("noise_dataset")
 def main(cfg: DictConfig) -> None:
     run_or_exit(write_noised_dataset, cfg)
 

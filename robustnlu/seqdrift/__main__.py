@@ -21,11 +21,9 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig
 
-from robustnlu.cli import repo_root, run_or_exit
-from robustnlu.errors import ConfigError
+from robustnlu.cli import hydra_app, repo_root, run_or_exit
 
 DEFAULT_INSPECT = 5
 
@@ -88,8 +86,6 @@ def verify_clustering(cfg: DictConfig) -> None:
     from robustnlu.seqdrift.canonical import preset_of, verify
     from robustnlu.seqdrift.shipped import SHIPPED_DIR
 
-    if cfg.verify is not True:
-        raise ConfigError(f"verify: {cfg.verify!r} is not true or false")
     preset = preset_of(cfg, f"{cfg.dataset.name}-{cfg.drift.kind}")
     if not verify(preset, repo_root(cfg) / SHIPPED_DIR):
         raise SystemExit(1)
@@ -103,11 +99,7 @@ def run(cfg: DictConfig) -> None:
     from robustnlu.seqdrift.shipped import SHIPPED_DIR
     from robustnlu.seqdrift.stats import format_table
 
-    for key in ("inspect", "inspect_examples"):
-        value = cfg.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ConfigError(f"{key}: {value!r} is not a non-negative integer")
-    if cfg.verify is not False:
+    if cfg.verify:
         verify_clustering(cfg)
         return
     corpus = load_corpus(cfg.dataset, repo_root(cfg))
@@ -122,7 +114,7 @@ def run(cfg: DictConfig) -> None:
         print(inspect_clusters(split, corpus, cfg.inspect, cfg.inspect_examples))
 
 
-@hydra.main(version_base="1.3", config_path="../../conf", config_name="seqdrift")
+@hydra_app("seqdrift")
 def main(cfg: DictConfig) -> None:
     run_or_exit(run, cfg)
 

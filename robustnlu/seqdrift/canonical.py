@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 from robustnlu.cli import REPO_ROOT, compose_run_config, repo_root
 from robustnlu.data.readers import load_corpus
 from robustnlu.data.utterance import Corpus
-from robustnlu.errors import ConfigError, RobustNLUError
+from robustnlu.errors import ConfigError, entry_point
 from robustnlu.seqdrift.artifact import CLUSTER_OPTIONS, Clustering, clusters_key
 from robustnlu.seqdrift.pipeline import cluster_utterances, split_from_clustering
 from robustnlu.seqdrift.shipped import SHIPPED_DIR, manifest, shipped_clustering, write_clustering, write_manifest
@@ -143,6 +143,7 @@ def write(presets: list[Preset], shipped_dir: Path) -> None:
         print(f"{preset.name}: wrote {path.name} ({len(clustering.uids)} utterances)")
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m robustnlu.seqdrift.canonical", description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=["check", "verify", "write"])
@@ -150,16 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     shipped_dir = REPO_ROOT / SHIPPED_DIR
 
-    try:
-        presets = [load_preset(name) for name in args.names or CANONICAL]
-        if args.action == "write":
-            write(presets, shipped_dir)
-            return 0
-        action = check if args.action == "check" else verify
-        return 0 if all([action(p, shipped_dir) for p in presets]) else 1
-    except RobustNLUError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    presets = [load_preset(name) for name in args.names or CANONICAL]
+    if args.action == "write":
+        write(presets, shipped_dir)
+        return 0
+    action = check if args.action == "check" else verify
+    return 0 if all([action(p, shipped_dir) for p in presets]) else 1
 
 
 if __name__ == "__main__":

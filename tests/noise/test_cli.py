@@ -39,5 +39,5 @@ def test_writes_a_noised_copy_that_reads_back(tmp_path):
 def test_unknown_split_is_a_one_line_error_and_writes_nothing(tmp_path):
     sample = write_snips_sample_jsonl(tmp_path / "data", n_train=30, n_eval=10)
     proc = noise_cli(sample, tmp_path / "noisy", "splits=[dev]")
-    assert proc.returncode == 2 and proc.stderr.startswith("error: splits: unknown split(s) ['dev']")
+    assert proc.returncode == 2 and proc.stderr.startswith("error: splits[0]: must be one of train, valid, test (got dev)")
     assert not (tmp_path / "noisy").exists() and not (tmp_path / "outputs").exists()

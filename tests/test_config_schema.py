@@ -1,0 +1,202 @@
+"""Config values are checked before a run writes anything (`robustnlu.config_schema`), and every
+entry point reports a user error the same way: one line ``error: ...``, exit status 2, no
+traceback, nothing on disk. Through the real CLIs as a user meets them, plus the schema's
+rules on hand-made values."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from integration_helpers import CONF, FAST, SMALL_DRIFT, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from robustnlu.cli import compose_run_config
+from robustnlu.config_schema import MISSING, Interval, Node, Rule, Seq, check_config, choice, integer, number, schema, text
+from robustnlu.errors import ConfigError
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.strip()]
+
+
+def files_under(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*")) if folder.exists() else []
+
+
+# ---------------------------------------------------------------------------- training CLI
+#: (overrides, the one line expected): the values of issue 15, an unknown key, Hydra's own errors
+BAD_VALUES = {
+    "negative lr": (["optimizer.lr=-1e-4"], "error: optimizer.lr: must be > 0 (got -0.0001)"),
+    "zero batch": (["data.batch_size=0"], "error: data.batch_size: must be >= 1 (got 0)"),
+    "seed not int": (["seed=abc"], "error: seed: must be an integer (got abc)"),
+    "negative epochs": (["trainer.max_epochs=-3"], "error: trainer.max_epochs: must be >= 1 (got -3)"),
+    "unknown key": (["+optimizer.momentum=0.9"],
+                    "error: optimizer.momentum: unknown key (optimizer has betas, eps, lr, name, warmup_steps, "
+                    "weight_decay) (got 0.9)"),
+    # Hydra's own errors (the config cannot be composed) end the same way, on one line
+    "key without +": (["trainer.foo=1"],
+                      "error: Could not override 'trainer.foo'; To append to your config use +trainer.foo=1; "
+                      "Key 'foo' is not in struct"),
+    "no such option": (["optimizer=sgd"],
+                       "error: In 'config': Could not find 'optimizer/sgd'; Available options in 'optimizer': "
+                       "adamw, conatural"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_VALUES))
+def test_a_bad_config_value_is_one_line_exit_2_and_nothing_on_disk(tmp_path, case):
+    """~5 s each: the whole process, from Hydra's command line to the check before the run."""
+    overrides, expected = BAD_VALUES[case]
+    proc = run_cli([*FAST, *overrides, f"hydra.run.dir={tmp_path}/outputs/run"], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert error_lines(proc.stderr) == [expected]
+    assert files_under(tmp_path) == []  # no run dir, no Hydra log, no split cache (outputs/cache)
+
+
+#: the other kinds of check, in-process (the same check `run_or_exit` makes): (overrides, message)
+MORE_BAD_VALUES = {
+    "bad choice": (["method=group_dro", "method.sampling=balanced"],
+                   "method.sampling: must be one of shuffle, group_balanced (got balanced)"),
+    "not a flag": (["model.crf=yes"], "model.crf: must be true or false (got yes)"),
+    "across groups": ([*SMALL_DRIFT, "drift.test_fraction=0.5", "validation.hold_out_both=true", "drift.valid_fraction=0.25"],
+                      "drift.test_fraction: test + validation fractions (validation twice with "
+                      "validation.hold_out_both) must be < 1 (got 0.5)"),
+    "unimportable callback": (["+callbacks.mine._target_=no.such.Callback"],
+                              "callbacks.mine._target_: cannot be imported (No module named 'no') (got no.such.Callback)"),
+    "not set": (["dataset=jsonl", "dataset.train=x.jsonl"], "dataset.test: must be set (got ???)"),
+    "longer than the positions": (["data.max_length=200"], "data.max_length: must be <= encoder.max_position_embeddings (got 200)"),
+    "no edit": (["augment=misspelling", "augment.noise.edit_probs={insertion:0,deletion:0,substitution:0,transposition:0}"],
+                "augment.noise.edit_probs: must have a positive sum (got {insertion:0,deletion:0,substitution:0,transposition:0})"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MORE_BAD_VALUES))
+def test_each_kind_of_bad_value_is_named_with_its_key(case):
+    overrides, expected = MORE_BAD_VALUES[case]
+    with pytest.raises(ConfigError) as err:
+        compose_run_config([*FAST, *overrides])
+    assert str(err.value) == expected
+
+
+def test_a_bad_value_in_a_multirun_fails_its_job_only(tmp_path):
+    """~15 s: two jobs, the first with a negative learning rate; the second trains."""
+    data = write_snips_sample_jsonl(tmp_path / "data", n_train=48, n_eval=16)
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["-m", *FAST, "trainer.max_epochs=1", *jsonl_overrides(data), "optimizer.lr=-1e-4,5e-3",
+                    f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=job${hydra.job.num}"], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert sorted(p.name for p in sweep.iterdir()) == ["job1", "multirun.yaml"]  # job0 left nothing
+    assert json.loads((sweep / "job1" / "results.json").read_text())["config"]["optimizer"]["lr"] == 5e-3
+    error = "error: optimizer.lr: must be > 0 (got -0.0001)"
+    lines = error_lines(proc.stderr)
+    assert lines.count(error) == 2  # when job 0 failed, and in Hydra's summary at the end
+    assert lines[lines.index(error, lines.index(error) + 1) - 1].startswith("Error executing job with overrides:")
+    assert "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------------------- the other entry points
+OTHER_ENTRY_POINTS = {
+    "seqdrift": ("robustnlu.seqdrift", ["drift.n_clusters=1"], "error: drift.n_clusters: must be >= 2 (got 1)"),
+    "seqdrift unknown key": ("robustnlu.seqdrift", ["+drift.clusterz=auto"],
+                             "error: drift.clusterz: unknown key"),
+    "noise": ("robustnlu.noise", ["noise.rate=1.5", "out_dir=noisy"], "error: noise.rate: must be in [0, 1] (got 1.5)"),
+    "noise out_dir": ("robustnlu.noise", [], "error: out_dir: must be set (got ???)"),
+    "evaluate": ("robustnlu.evaluate", ["ckpt=x.ckpt", "batch_size=0"], "error: batch_size: must be >= 1 (got 0)"),
+    "hpo": ("robustnlu.hpo", ["--no-search", "+experiment=snips"],
+            "error: give exactly one method=<name> (or hparams_search=<name>)"),
+    "hpo bad value": ("robustnlu.hpo", ["--no-search", "method=topk", "method.k=0"], "error: method.k: must be >= 1 (got 0)"),
+    "efficiency": ("robustnlu.efficiency", ["encoder=tiny"], "error: name the target domain: "
+                                                             "target=<alarm|event|messaging|music|navigation|reminder|timer|weather>"),
+    "efficiency bad value": ("robustnlu.efficiency", ["target=alarm", "efficiency.percent=120"],
+                             "error: efficiency.percent: must be in [0, 100] (got 120)"),
+    "compare": ("robustnlu.analysis.compare", ["empty"], "error: empty: neither a run directory"),
+    "robustness": ("robustnlu.analysis.robustness", ["empty"], "error: empty/robustness.json: no robustness results"),
+    "report": ("robustnlu.report", ["empty", "--out", "report"], "error: "),
+    "efficiency study": ("robustnlu.efficiency.study", ["empty", "--out", "eff"], "error: "),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OTHER_ENTRY_POINTS))
+def test_every_entry_point_reports_a_user_error_on_one_line_with_exit_2(tmp_path, case):
+    module, args, expected = OTHER_ENTRY_POINTS[case]
+    (tmp_path / "empty").mkdir()
+    proc = run_cli(args, cwd=tmp_path, module=module)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = error_lines(proc.stderr)
+    assert line.startswith(expected)
+    assert files_under(tmp_path) == [tmp_path / "empty"]
+
+
+def test_the_drivers_check_the_config_before_launching_anything():
+    with pytest.raises(ConfigError, match=r"^optimizer\.lr: must be > 0 \(got 0\)$"):
+        compose_run_config(["optimizer.lr=0"])
+    with pytest.raises(ConfigError, match=r"^Could not override 'trainer\.foo'"):
+        compose_run_config(["trainer.foo=1"])
+
+
+# ---------------------------------------------------------------------------- every shipped config is valid
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+SHIPPED = [
+    [],
+    *([f"+experiment={e}"] for e in _options("experiment")),
+    *([f"method={m}", "drift=slot_value", "selection=greedy_minmax"] for m in _options("method")),
+    *([f"hparams_search={m}", "drift=slot_context"] for m in _options("hparams_search") if m != "base"),
+    *([f"{group}={o}"] for group in ("optimizer", "encoder", "augment", "selection", "adversary") for o in _options(group)),
+    ["dataset=jsonl", "dataset.train=a.jsonl", "dataset.test=b.jsonl"],
+    ["dataset=topv2_alarm", "efficiency=topv2", "suite=[noisy_nlu,synthetic]", "logger=wandb", "trainer=ddp",
+     "validation=ood", "data.pad_to=128"],
+]
+
+
+@pytest.mark.parametrize("overrides", SHIPPED, ids=" ".join)
+def test_every_shipped_config_option_passes_the_schema(overrides):
+    """A default outside its own range, or a YAML key the schema does not know, fails here."""
+    compose_run_config(overrides)
+
+
+# ---------------------------------------------------------------------------- the schema's rules by hand
+def test_intervals_say_what_they_allow():
+    assert [x in Interval.parse("(0, 1]") for x in (0, 1e-9, 1, 1.01)] == [False, True, True, False]
+    assert Interval.parse("(0, 1]").describe() == "must be in (0, 1]"
+    assert Interval.parse("[1, inf)").describe() == "must be >= 1"
+    assert Interval.parse("(0, inf)").describe() == "must be > 0"
+
+
+@pytest.mark.parametrize("spec, value, problem", [
+    (integer("[1, inf)"), 2.0, "must be an integer (got 2.0)"),
+    (integer("[1, inf)"), True, "must be an integer (got true)"),
+    (number("(0, 1)"), float("nan"), "must be a finite number (got nan)"),
+    (number("(0, 1)"), "0.5", "must be a number (got 0.5)"),
+    (choice("a", "b"), "c", "must be one of a, b (got c)"),
+    (text(), "", "must be a non-empty string (got )"),
+    (text(), None, "must be set (got null)"),
+    (Seq(number("[0, 1)"), length=2), [0.9], "must be a list of 2 (got [0.9])"),
+    (Node({"a": integer()}), {"a": 1, "b": 2}, "unknown key (k has a) (got 2)"),
+    (Node({"a": integer()}), {"a": MISSING}, "must be set (got ???)"),
+])
+def test_each_kind_of_spec_names_the_key_the_problem_and_the_value(spec, value, problem):
+    with pytest.raises(ConfigError) as err:
+        spec.check("k", value, {})
+    key = "k.b" if "unknown" in problem else "k.a" if isinstance(spec, Node) else "k"
+    assert str(err.value) == f"{key}: {problem}"
+    assert integer("[1, inf)").check("k", 3, {}) is None
+
+
+def test_a_rule_across_keys_names_the_first_key():
+    node = Node({"lo": integer(), "hi": integer()}, rules=(Rule("lo", lambda d, _: d["lo"] <= d["hi"], "must be <= hi"),))
+    node.check("r", {"lo": 1, "hi": 1}, {})
+    with pytest.raises(ConfigError, match=r"^r\.lo: must be <= hi \(got 2\)$"):
+        node.check("r", {"lo": 2, "hi": 1}, {})
+
+
+def test_an_interpolation_that_cannot_be_resolved_is_a_config_error():
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"inspect": "${nowhere}", "inspect_examples": 5})
+    with pytest.raises(ConfigError, match=r"^inspect: cannot be resolved"):
+        check_config(cfg, "seqdrift")
+    assert set(schema("seqdrift").keys) == {"dataset", "drift", "validation", "paths", "inspect", "inspect_examples"}
