@@ -8,6 +8,10 @@ from pathlib import Path
 class RobustNLUError(Exception):
     """An error caused by the user's input or configuration, reported without a traceback."""
 
+    #: whether the run directory stays when the error ends a run: False for bad input (nothing
+    #: half-written is left), True for a stop in mid-training whose run directory can be resumed
+    keeps_run_dir = False
+
 
 class DataError(RobustNLUError):
     """Malformed input data. ``str(err)`` is ``"<file>:<line>: <problem>"``."""
@@ -22,3 +26,10 @@ class DataError(RobustNLUError):
 
 class ConfigError(RobustNLUError):
     """An invalid configuration value (names the config key)."""
+
+
+class NonFiniteLoss(RobustNLUError):
+    """A NaN or infinite per-example loss stopped training (``trainer.on_nonfinite=stop``); the
+    run directory stays: its ``checkpoints/last.ckpt`` holds the state before the bad batch."""
+
+    keeps_run_dir = True

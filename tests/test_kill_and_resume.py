@@ -10,7 +10,7 @@ import signal
 import pytest
 import torch
 
-from integration_helpers import FAST, REPO, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from integration_helpers import FAST, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu.resume import ResumePoint, resume_point
 
 STEPS_PER_EPOCH = 15  # 240 training utterances in batches of 16
@@ -25,7 +25,7 @@ def train(sample, run_dir, *extra):
     args = [*FAST, *jsonl_overrides(sample), "trainer.max_epochs=3", "callbacks.last_checkpoint.every_minutes=null",
             "callbacks.last_checkpoint.every_n_train_steps=4", f"paths.cache_dir={run_dir.parent / 'cache'}",
             f"hydra.run.dir={run_dir}", *extra]
-    return run_cli(args, cwd=run_dir.parent, env={"PYTHONPATH": str(REPO / "tests")})
+    return run_cli(args, cwd=run_dir.parent)
 
 
 def read(run_dir, name):
