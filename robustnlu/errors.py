@@ -33,3 +33,10 @@ class NonFiniteLoss(RobustNLUError):
     run directory stays: its ``checkpoints/last.ckpt`` holds the state before the bad batch."""
 
     keeps_run_dir = True
+
+
+class ResumeError(RobustNLUError):
+    """``resume=true`` found a run directory it cannot continue (e.g. a ``last.ckpt`` that is not
+    a readable checkpoint). The directory is the user's earlier run: it is never removed."""
+
+    keeps_run_dir = True

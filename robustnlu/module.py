@@ -33,10 +33,11 @@ from omegaconf import OmegaConf
 from torch import nn
 from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
+from robustnlu.checkpoint import CHECKPOINT_FORMAT, FORMAT_KEY, first_line, read_checkpoint
 from robustnlu.data.utterance import LabelVocab
 from robustnlu.distributed import gather_task_losses
 from robustnlu.efficiency.conatural import CoNaturalSGD
-from robustnlu.errors import ConfigError, NonFiniteLoss
+from robustnlu.errors import ConfigError, DataError, NonFiniteLoss
 from robustnlu.metrics import SLUMetrics
 from robustnlu.model.encoders import encoder_from_config
 from robustnlu.model.jointbert import JointBERT, TaskLosses
@@ -144,6 +145,20 @@ class SLUModule(pl.LightningModule):
             on_nonfinite=cfg.trainer.get("on_nonfinite", "stop"),
         )
 
+    @classmethod
+    def from_checkpoint(cls, path, device: str = "cpu") -> SLUModule:
+        """The trained module in the checkpoint ``path`` (`read_checkpoint`: a file that is not a
+        robustnlu checkpoint raises `DataError`), on ``device``."""
+        ckpt = read_checkpoint(path)
+        try:
+            module = cls(**ckpt["hyper_parameters"])
+            module.on_load_checkpoint(ckpt)
+            module.load_state_dict(ckpt["state_dict"])
+        except Exception as err:  # hyper-parameters or weights that do not build this robustnlu's model
+            raise DataError(path, None, f"a checkpoint whose hyper-parameters and weights do not make an SLU model: "
+                                        f"{first_line(err)}") from None
+        return module.to(device)
+
     def setup(self, stage: str) -> None:
         datamodule = self.trainer.datamodule if self._trainer is not None else None
         if stage == "fit" and self.on_nonfinite == "skip" and self.trainer.world_size > 1:
@@ -163,6 +178,7 @@ class SLUModule(pl.LightningModule):
         checkpoint["objective_optimizers"] = self.objective.optimizer_states()
         checkpoint["task_loss_sums"] = self.task_loss_sums.cpu()
         checkpoint["nonfinite_skips"] = self.nonfinite_skips
+        checkpoint[FORMAT_KEY] = CHECKPOINT_FORMAT
         if self.selection is not None:
             checkpoint["selection"] = self.selection.state_dict()
 
