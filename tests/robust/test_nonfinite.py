@@ -165,3 +165,14 @@ def test_cli_stop_leaves_a_resumable_run_and_skip_counts_the_batch(tmp_path):
     assert skipped.returncode == 0, skipped.stderr[-3000:]
     assert "skipped (1 so far, trainer.on_nonfinite=skip): non-finite loss in training batch 3 of epoch 0" in skipped.stderr
     assert json.loads((tmp_path / "skipped" / "results.json").read_text())["nonfinite_skips"] == 1
+
+
+def test_skip_is_refused_under_ddp(sample, tmp_path):
+    """Lightning cannot skip a step under DDP (training_step may not return None there)."""
+    cfg = compose_config([*FAST, *jsonl_overrides(sample), "trainer=ddp", "trainer.on_nonfinite=skip",
+                          f"paths.cache_dir={tmp_path / 'cache'}"], tmp_path / "run")
+    parts = prepare(cfg)
+    parts.module.trainer = build_trainer(cfg)  # two processes, not launched
+    with pytest.raises(ConfigError, match=r"^trainer.on_nonfinite: skip drops a batch by returning no loss, which "
+                                          r"Lightning does not support under DDP; use stop \(got skip with 2 processes\)$"):
+        parts.module.setup("fit")
