@@ -176,3 +176,31 @@ def test_skip_is_refused_under_ddp(sample, tmp_path):
     with pytest.raises(ConfigError, match=r"^trainer.on_nonfinite: skip drops a batch by returning no loss, which "
                                           r"Lightning does not support under DDP; use stop \(got skip with 2 processes\)$"):
         parts.module.setup("fit")
+
+
+def test_a_non_finite_validation_loss_never_reaches_the_selection_criterion(sample, tmp_path):
+    """Greedy-Minmax gets per-example validation losses: a NaN one stops the run (whatever
+    on_nonfinite says: a validation cannot be dropped) before the criterion is updated."""
+    cfg = compose_config([*FAST, *jsonl_overrides(sample), *SMALL_DRIFT, "method=rpdro", "selection=greedy_minmax",
+                          "selection.criterion.score=loss", "trainer.max_epochs=1", "trainer.on_nonfinite=skip",
+                          "+trainer.limit_train_batches=2", "+trainer.num_sanity_val_steps=0",
+                          f"paths.cache_dir={tmp_path / 'cache'}"], tmp_path / "run")
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    parts = prepare(cfg)
+
+    class NaNValidationLogits(pl.Callback):
+        def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+            if batch_idx == 0:
+                self.hook = pl_module.model.intent_classifier.register_forward_hook(
+                    lambda module, args, logits: torch.where(torch.arange(len(logits))[:, None] == 0, float("nan"), logits))
+
+        def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+            if batch_idx == 0:
+                self.hook.remove()
+
+    trainer = build_trainer(cfg)
+    trainer.callbacks.append(NaNValidationLogits())
+    with pytest.raises(NonFiniteLoss, match=r"^non-finite validation loss or adversary log-weight at epoch 0 after 2 "
+                                            r"optimizer steps, for the selection criterion: s-\w+-\d+; the run stopped"):
+        trainer.fit(parts.module, datamodule=parts.datamodule)
+    assert parts.module.selection.adversaries.numel() == 0 and parts.module.selection.incumbent_changes == 0
