@@ -1,5 +1,6 @@
 """What every Hydra entry point shares: where the repository is, and how a user error ends a
-run (one line on stderr, exit code 2, no traceback, no half-written run directory).
+run (one line on stderr, exit code 2, no traceback, no half-written run directory; a run stopped
+in mid-training by a non-finite loss keeps its resumable run directory, `NonFiniteLoss`).
 
 In a multirun (``-m``: the basic sweeper, the Optuna sweeper ``hparams_search=<method>``, the
 submitit launchers) a user error fails that job only: the job prints the same line and removes
@@ -75,7 +76,8 @@ def run_or_exit(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
         return task(cfg)
     except RobustNLUError as err:
         hydra_cfg = HydraConfig.get()
-        discard_run_dir(Path(hydra_cfg.runtime.output_dir))
+        if not err.keeps_run_dir:
+            discard_run_dir(Path(hydra_cfg.runtime.output_dir))
         status = report(err)
         if hydra_cfg.mode == RunMode.MULTIRUN:
             raise JobFailed(f"error: {err}") from err

@@ -16,6 +16,10 @@ USER_ERROR = 2  # the exit status of every user error
 class RobustNLUError(Exception):
     """An error caused by the user's input or configuration, reported without a traceback."""
 
+    #: whether the run directory stays when the error ends a run: False for bad input (nothing
+    #: half-written is left), True for a stop in mid-training whose run directory can be resumed
+    keeps_run_dir = False
+
 
 class DataError(RobustNLUError):
     """Malformed input data. ``str(err)`` is ``"<file>:<line>: <problem>"``."""
@@ -57,3 +61,17 @@ def exit_with_error(err: RobustNLUError | str) -> NoReturn:
     """End the process on a user error where no entry point can return a status (a Hydra
     callback, the sweeper): `report`, then exit with status 2."""
     sys.exit(report(err))
+
+
+class NonFiniteLoss(RobustNLUError):
+    """A NaN or infinite per-example loss stopped training (``trainer.on_nonfinite=stop``); the
+    run directory stays: its ``checkpoints/last.ckpt`` holds the state before the bad batch."""
+
+    keeps_run_dir = True
+
+
+class ResumeError(RobustNLUError):
+    """``resume=true`` found a run directory it cannot continue (e.g. a ``last.ckpt`` that is not
+    a readable checkpoint). The directory is the user's earlier run: it is never removed."""
+
+    keeps_run_dir = True

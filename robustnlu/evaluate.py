@@ -155,15 +155,15 @@ def run_corpus_of(run_cfg: DictConfig) -> Corpus:
 
 
 def evaluate(cfg: DictConfig) -> str:
+    if not cfg.get("suite"):
+        raise ConfigError("choose at least one suite: suite=noisy_nlu or suite=[noisy_nlu,synthetic]")
     ckpt = Path(cfg.ckpt)
+    predictor = Predictor.from_checkpoint(ckpt, cfg.device)  # a file that is not a checkpoint: DataError
     run_dir = ckpt.resolve().parent.parent
     config = run_dir / "config.yaml"
     if not config.is_file():
         raise DataError(config, None, f"no run config next to checkpoint {ckpt} (expected RUN/checkpoints/<file>.ckpt)")
-    if not cfg.get("suite"):
-        raise ConfigError("choose at least one suite: suite=noisy_nlu or suite=[noisy_nlu,synthetic]")
     run_cfg = OmegaConf.load(config)
-    predictor = Predictor.from_checkpoint(ckpt, cfg.device)
     results = evaluate_suites(predictor, cfg.suite, run_cfg, run_corpus_of(run_cfg), cfg.batch_size)
     tables = write_robustness(run_dir, results, str(ckpt.resolve().relative_to(run_dir)))
     print(f"{tables}\n\nwritten: {run_dir / 'robustness.json'}, {run_dir / 'robustness.md'}")

@@ -10,6 +10,11 @@ and its weights come from the state dict (no hub access needed to reload a check
 objective's own parameters and buffers are in the state dict, its own optimisers' states and the
 model-selection state under ``objective_optimizers`` and ``selection`` in the checkpoint.
 
+Non-finite losses (``trainer.on_nonfinite``): `training_step` checks the per-example losses before
+the objective sees them, so a NaN or inf never enters any objective's state (group weights,
+averages, windows, its own networks) nor spreads through products such as 0·inf in group
+memberships: ``stop`` ends the run with `NonFiniteLoss`, ``skip`` drops the batch and counts it.
+
 Model selection (``selection=``): the checkpoint callback monitors a validation metric; an
 adversarial criterion (``selection.criterion``, e.g. Greedy-Minmax, thesis 5.3.4) receives
 per-example validation errors, losses and the objective's adversary log-weights each
@@ -23,18 +28,23 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from hydra.utils import instantiate
+from lightning_fabric.utilities.rank_zero import rank_zero_warn
 from omegaconf import OmegaConf
 from torch import nn
 from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
+from robustnlu.checkpoint import CHECKPOINT_FORMAT, FORMAT_KEY, first_line, read_checkpoint
 from robustnlu.data.utterance import LabelVocab
 from robustnlu.distributed import gather_task_losses
 from robustnlu.efficiency.conatural import CoNaturalSGD
-from robustnlu.errors import ConfigError
+from robustnlu.errors import ConfigError, DataError, NonFiniteLoss
 from robustnlu.metrics import SLUMetrics
 from robustnlu.model.encoders import encoder_from_config
-from robustnlu.model.jointbert import JointBERT
+from robustnlu.model.jointbert import JointBERT, TaskLosses
 from robustnlu.robust.base import ModelSpec
+
+#: ``trainer.on_nonfinite``: what a training batch with a NaN or infinite per-example loss does
+ON_NONFINITE = ("stop", "skip")
 
 #: parameters without weight decay (JointBERT / BERT fine-tuning convention)
 NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias")
@@ -61,13 +71,20 @@ class SLUModule(pl.LightningModule):
         encoder_config: dict[str, Any],
         encoder: nn.Module | None = None,
         selection: dict[str, Any] | None = None,
+        on_nonfinite: str = "stop",
     ):
         """``encoder_spec`` is the ``encoder=`` config (it names the tokenizer);
         ``encoder_config`` the encoder's Hugging Face config. ``encoder`` is the pre-trained
         encoder for a new run; when a checkpoint is loaded it is None and the architecture is
-        rebuilt from ``encoder_config``."""
+        rebuilt from ``encoder_config``. ``on_nonfinite``: one of `ON_NONFINITE` (a training
+        setting, not stored with the model)."""
         super().__init__()
-        self.save_hyperparameters(ignore=["encoder"])
+        self.save_hyperparameters(ignore=["encoder", "on_nonfinite"])
+        if on_nonfinite not in ON_NONFINITE:
+            raise ConfigError(f"trainer.on_nonfinite: expected one of {', '.join(ON_NONFINITE)} (got {on_nonfinite})")
+        self.on_nonfinite = on_nonfinite
+        #: training batches dropped for a non-finite loss (``on_nonfinite=skip``; in checkpoints)
+        self.nonfinite_skips = 0
         self.vocab = LabelVocab.from_dict(vocab)
         self.model = JointBERT(
             encoder if encoder is not None else encoder_from_config(encoder_config),
@@ -111,7 +128,8 @@ class SLUModule(pl.LightningModule):
     @classmethod
     def from_config(cls, cfg, vocab: LabelVocab, eval_intents: list[str], encoder: nn.Module) -> SLUModule:
         """A new module from the composed run config (``cfg.model``, ``.method``,
-        ``.optimizer``, ``.encoder``) around a pre-trained ``encoder``."""
+        ``.optimizer``, ``.encoder``, ``.selection``, ``.trainer.on_nonfinite``) around a
+        pre-trained ``encoder``."""
         keys = ("model", "method", "optimizer", "encoder", "selection")
         plain = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in keys}
         return cls(
@@ -124,10 +142,28 @@ class SLUModule(pl.LightningModule):
             encoder_config=encoder.config.to_dict(),
             encoder=encoder,
             selection=plain["selection"],
+            on_nonfinite=cfg.trainer.get("on_nonfinite", "stop"),
         )
+
+    @classmethod
+    def from_checkpoint(cls, path, device: str = "cpu") -> SLUModule:
+        """The trained module in the checkpoint ``path`` (`read_checkpoint`: a file that is not a
+        robustnlu checkpoint raises `DataError`), on ``device``."""
+        ckpt = read_checkpoint(path)
+        try:
+            module = cls(**ckpt["hyper_parameters"])
+            module.on_load_checkpoint(ckpt)
+            module.load_state_dict(ckpt["state_dict"])
+        except Exception as err:  # hyper-parameters or weights that do not build this robustnlu's model
+            raise DataError(path, None, f"a checkpoint whose hyper-parameters and weights do not make an SLU model: "
+                                        f"{first_line(err)}") from None
+        return module.to(device)
 
     def setup(self, stage: str) -> None:
         datamodule = self.trainer.datamodule if self._trainer is not None else None
+        if stage == "fit" and self.on_nonfinite == "skip" and self.trainer.world_size > 1:
+            raise ConfigError("trainer.on_nonfinite: skip drops a batch by returning no loss, which Lightning does "
+                              f"not support under DDP; use stop (got skip with {self.trainer.world_size} processes)")
         if stage == "fit" and datamodule is not None:
             self.objective.setup(datamodule, self.model)
             weights = self.objective.sample_weights()
@@ -141,12 +177,15 @@ class SLUModule(pl.LightningModule):
                              "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []}
         checkpoint["objective_optimizers"] = self.objective.optimizer_states()
         checkpoint["task_loss_sums"] = self.task_loss_sums.cpu()
+        checkpoint["nonfinite_skips"] = self.nonfinite_skips
+        checkpoint[FORMAT_KEY] = CHECKPOINT_FORMAT
         if self.selection is not None:
             checkpoint["selection"] = self.selection.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.restored_rng = checkpoint.get("rng")
         self.task_loss_sums = checkpoint.get("task_loss_sums", torch.zeros(3)).to(self.device)
+        self.nonfinite_skips = int(checkpoint.get("nonfinite_skips", 0))
         self.objective.load_optimizer_states(checkpoint.get("objective_optimizers", {}))
         if self.selection is not None and "selection" in checkpoint:
             self.selection.load_state_dict(checkpoint["selection"])
@@ -161,10 +200,13 @@ class SLUModule(pl.LightningModule):
             if rng["cuda"] and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
                 torch.cuda.set_rng_state_all(rng["cuda"])
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
         output = self.model(batch)
         # under DDP: the losses of the whole global batch, from every process (robustnlu/distributed.py)
         losses = gather_task_losses(self.model.task_losses(output, batch), self.trainer.datamodule.collate.pad_values)
+        nonfinite = ~(torch.isfinite(losses.slot) & torch.isfinite(losses.intent))
+        if nonfinite.any():  # the same on every process (global batch); one device-to-host copy per step
+            return self.drop_nonfinite_batch(losses, nonfinite, batch_idx)
         loss = self.objective(losses)
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=losses.slot.numel(),
                  sync_dist=True)  # the global batch's loss under DDP: the same on every process
@@ -173,6 +215,29 @@ class SLUModule(pl.LightningModule):
         sums = torch.stack([losses.slot.detach().sum(), losses.intent.detach().sum(), losses.slot.new_tensor(losses.slot.numel())])
         self.task_loss_sums = self.task_loss_sums.to(sums.device) + sums
         return loss
+
+    def drop_nonfinite_batch(self, losses: TaskLosses, nonfinite: torch.Tensor, batch_idx: int) -> None:
+        """A training batch with a NaN or infinite per-example loss, before the objective sees
+        it: ``on_nonfinite=stop`` raises `NonFiniteLoss` naming the step, the epoch and the
+        batch's uids; ``skip`` counts it and returns None, so that Lightning runs no backward
+        and the optimisers update nothing (every gradient is None after zero_grad)."""
+        uids = self.uids(losses.inputs["index"])
+        bad = [f"{uids[i]} (slot {losses.slot[i].item():g}, intent {losses.intent[i].item():g})"
+               for i in nonfinite.nonzero().flatten().tolist()]
+        where = (f"non-finite loss in training batch {batch_idx} of epoch {self.current_epoch} after "
+                 f"{self.trainer.global_step} optimizer steps: {', '.join(bad)}; batch uids: {' '.join(uids)}")
+        if self.on_nonfinite == "stop":
+            raise NonFiniteLoss(f"{where}; the run stopped: its checkpoints/last.ckpt (if one was written) holds "
+                                "the state before this batch (resume=true continues from it; "
+                                "trainer.on_nonfinite=skip drops such batches)")
+        self.nonfinite_skips += 1
+        rank_zero_warn(f"skipped ({self.nonfinite_skips} so far, trainer.on_nonfinite=skip): {where}")
+        return None
+
+    def uids(self, index: torch.Tensor, split: str = "train") -> list[str]:
+        """The uids of the ``split`` examples at dataset rows ``index``."""
+        utterances = self.trainer.datamodule.datasets[split].utterances
+        return [utterances[i].uid for i in index.tolist()]
 
     def on_train_epoch_end(self) -> None:
         slot, intent, n = self.task_loss_sums.tolist()
@@ -232,9 +297,16 @@ class SLUModule(pl.LightningModule):
         log_weights = self.objective.validation_log_weights(losses)
         if log_weights is None:
             log_weights = torch.zeros_like(losses.slot)
+        combined = self.objective.combined_losses(losses).detach()
+        nonfinite = ~(torch.isfinite(combined) & torch.isfinite(log_weights))
+        if nonfinite.any():  # whatever trainer.on_nonfinite says: the model could not be scored without them
+            bad = self.uids(batch["index"][nonfinite], "valid")
+            raise NonFiniteLoss(f"non-finite validation loss or adversary log-weight at epoch {self.current_epoch} "
+                                f"after {self.trainer.global_step} optimizer steps, for the selection criterion: "
+                                f"{' '.join(bad)}; the run stopped (resume=true continues from checkpoints/last.ckpt)")
         self.selection_rows.append(
-            torch.stack([batch["index"].to(losses.slot), losses.slot.new_tensor(errors),
-                         self.objective.combined_losses(losses).detach(), log_weights.detach()], 1).float()
+            torch.stack([batch["index"].to(losses.slot), losses.slot.new_tensor(errors), combined,
+                         log_weights.detach()], 1).float()
         )
 
     def _eval_epoch_end(self, split: str) -> None:

@@ -4,8 +4,9 @@
     python -m robustnlu.predict --ckpt CKPT --file utterances.txt --out predictions.jsonl
 
 A plain argparse CLI (a Hydra app would parse the utterance as a config override). Utterances
-are split on white space, as the training data is tokenised. The checkpoint is loaded with
-``weights_only=True``: no pickled code is executed.
+are split on white space, as the training data is tokenised. The checkpoint is read by
+`robustnlu.checkpoint.read_checkpoint` (``weights_only=True``: no pickled code is executed; a
+file that is not a robustnlu checkpoint is one ``error:`` line, exit 2).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 from robustnlu.data.datamodule import Collator, encode_utterances
 from robustnlu.data.readers.common import read_lines
 from robustnlu.data.utterance import Utterance
-from robustnlu.errors import DataError, entry_point
+from robustnlu.errors import entry_point
 from robustnlu.io import atomic_write_jsonl
 from robustnlu.metrics import extract_spans
 from robustnlu.model.encoders import load_tokenizer
@@ -39,10 +40,7 @@ class Predictor:
 
     @classmethod
     def from_checkpoint(cls, ckpt: str | Path, device: str = "cpu") -> Predictor:
-        ckpt = Path(ckpt)
-        if not ckpt.is_file():
-            raise DataError(ckpt, None, "checkpoint file not found")
-        module = SLUModule.load_from_checkpoint(ckpt, map_location=device, weights_only=True)
+        module = SLUModule.from_checkpoint(ckpt, device)
         return cls(module, load_tokenizer(module.hparams.encoder_spec))
 
     @torch.no_grad()

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from pytorch_lightning.callbacks import Checkpoint
+
+from robustnlu.checkpoint import read_checkpoint
+from robustnlu.errors import DataError, ResumeError
 
 LAST = Path("checkpoints") / "last.ckpt"
 
@@ -95,7 +97,10 @@ def resume_point(out_dir: Path, resume: bool) -> ResumePoint:
     last = out_dir / LAST
     if not last.is_file():
         return ResumePoint()
-    meta = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
+    try:
+        meta = read_checkpoint(last, mmap=True)
+    except DataError as err:
+        raise ResumeError(f"resume=true: {err} (move it away to start the run afresh)") from None
     return ResumePoint(checkpoint=last, global_step=int(meta["global_step"]), epoch=int(meta["epoch"]))
 
 

@@ -4,7 +4,8 @@ computation lives in the data, model, objective, metrics and module code.
 The run directory (Hydra's runtime output dir) holds:
 - ``results.json``: valid and test metrics of the best checkpoint (with per-cluster and
   worst-cluster metrics under a SeqDrift split), the drift split's key and statistics, the
-  resolved config, seed, package versions, wall time, split sizes;
+  resolved config, seed, package versions, wall time, split sizes, the number of training
+  batches dropped for a non-finite loss (``nonfinite_skips``, ``trainer.on_nonfinite=skip``);
 - ``predictions/{valid,test}.jsonl``: uid, tokens, gold and predicted intent and tags;
 - with ``suite=[...]``: ``robustness.json`` / ``robustness.md``, the best checkpoint scored on
   noisy control / treatment pairs (`robustnlu.evaluate`), also under ``robustness`` in results.json;
@@ -53,6 +54,8 @@ from robustnlu.seqdrift.shipped import SHIPPED_DIR
 from robustnlu.seqdrift.split import DriftSplit
 
 PACKAGES = ("robustnlu", "torch", "transformers", "pytorch-lightning", "torchmetrics", "hydra-core")
+#: ``trainer.*`` keys that are robustnlu's, not `pl.Trainer` arguments (read by `SLUModule.from_config`)
+OWN_TRAINER_KEYS = ("on_nonfinite",)
 SUMMARY_METRICS = ("intent_acc", "slot_f1", "combined", "semer", "frame_acc", "ma_intent_combined")
 
 
@@ -68,7 +71,8 @@ def build_trainer(cfg: DictConfig, wandb_id: str | None = None) -> pl.Trainer:
         require("wandb", "wandb", "logger=wandb")
     loggers = [instantiate(c, **({"id": wandb_id, "resume": "allow"} if wandb_id and "Wandb" in c._target_ else {}))
                for c in (cfg.logger or {}).values() if c is not None]
-    return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
+    lightning_args = {k: v for k, v in cfg.trainer.items() if k not in OWN_TRAINER_KEYS}
+    return instantiate(lightning_args, callbacks=callbacks, logger=loggers)
 
 
 def best_checkpoint_callback(trainer: pl.Trainer) -> ModelCheckpoint | None:
@@ -199,6 +203,7 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         "efficiency": efficiency.info if efficiency else None,
         "best_checkpoint": str(Path(best).relative_to(out_dir)) if best else None,
         "epochs_trained": trainer.current_epoch,
+        "nonfinite_skips": module.nonfinite_skips,  # training batches dropped (trainer.on_nonfinite=skip)
         "resumed_from": resume.record(),
         "wall_time_s": round(time.time() - started, 1),  # of this session (since the resume)
         "versions": versions(),

@@ -70,9 +70,17 @@ def jsonl_overrides(paths: dict[str, Path]) -> list[str]:
     return ["dataset=jsonl", *(f"dataset.{k}={v}" for k, v in paths.items())]
 
 
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment of a CLI subprocess: offline, and importing this checkout's robustnlu (the
+    repository root first on PYTHONPATH, ahead of whatever copy is installed) and the test helpers
+    (tests/, for ``+callbacks.x._target_=integration_helpers.X``); the caller's PYTHONPATH follows."""
+    paths = [str(REPO), str(REPO / "tests"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(paths), **extra}
+
+
 def run_cli(args: list[str], cwd: Path, env: dict[str, str] | None = None, module: str = "robustnlu"):
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=full_env,
+    """``python -m <module> <args>`` in ``cwd`` (environment: `cli_env` plus ``env``)."""
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=cli_env(**(env or {})),
                           capture_output=True, text=True, timeout=600)
 
 
@@ -105,3 +113,38 @@ class SignalAtStep(pl.Callback):
         if self.step is not None and trainer.global_step == self.step and first_start:
             # the Python handler (submitit's) runs as soon as os.kill returns, before training goes on
             os.kill(os.getpid(), self.signum)
+
+
+class NonFiniteLossAtStep(pl.Callback):
+    """A non-finite per-example loss, produced by the model itself: in the training batch after
+    ``step`` optimiser steps (once), a forward hook on the intent head sets the first
+    utterance's gold-intent logit to −inf (``value="inf"``: its intent loss is +inf) or all its
+    logits to NaN (``value="nan"``). Used from the CLI: ``+callbacks.nonfinite._target_=
+    integration_helpers.NonFiniteLossAtStep +callbacks.nonfinite.step=N``."""
+
+    def __init__(self, step: int, value: str = "inf"):
+        self.step = step
+        self.value = value
+        self.hook = None
+        self.fired = False
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step != self.step or self.fired:
+            return
+        self.fired = True
+        gold = int(batch["intent_labels"][0])
+
+        def poison(module, args, logits):
+            logits = logits.clone()
+            if str(self.value) == "nan":  # from the CLI, Hydra reads nan as a float
+                logits[0] = float("nan")
+            else:
+                logits[0, gold] = -float("inf")
+            return logits
+
+        self.hook = pl_module.model.intent_classifier.register_forward_hook(poison)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.hook is not None:
+            self.hook.remove()
+            self.hook = None

@@ -3,7 +3,7 @@ length-bucketed) batching: the Lightning data module every run uses.
 
 Each word is represented by its first sub-token (JointBERT, Chen et al. 2019). Words cut off by
 ``max_length`` get no position: they are outside ``word_mask``, their labels are ignored in
-training and they are predicted ``O``. A word the tokenizer maps to no sub-token at all (e.g. a
+training and they are predicted ``O``; `encode_utterances` warns (how many, the first's file:line). A word the tokenizer maps to no sub-token at all (e.g. a
 lone control character) borrows the previous position, so ``word_mask`` stays a prefix (the CRF
 needs that) and every word still gets a prediction.
 """
@@ -11,6 +11,7 @@ needs that) and every word still gets a prediction.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -38,7 +39,8 @@ def encode_utterances(
     max_length: int,
     groups: Mapping[str, int] | None = None,
 ) -> list[EncodedUtterance]:
-    """Tokenise a list of utterances in one fast-tokenizer call and align words to sub-tokens."""
+    """Tokenise a list of utterances in one fast-tokenizer call and align words to sub-tokens;
+    one warning if some are longer than ``max_length`` sub-tokens (their last words are cut)."""
     if not utterances:
         return []
     enc = tokenizer([list(u.tokens) for u in utterances], is_split_into_words=True, truncation=True, max_length=max_length)
@@ -62,6 +64,12 @@ def encode_utterances(
                 group=(groups or {}).get(u.uid, -1),
             )
         )
+    cut = [u for u, e in zip(utterances, encoded, strict=True) if len(e.word_index) < len(u.tokens)]
+    if cut:
+        first = cut[0]
+        warnings.warn(f"{len(cut)} of {len(utterances)} utterances are longer than max_length={max_length} "
+                      f"sub-tokens: their words past it are not trained on and are predicted O (first: "
+                      f"{first.source or first.uid}, {len(first.tokens)} words)", stacklevel=2)
     return encoded
 
 

@@ -25,6 +25,8 @@ class Utterance:
     tags: tuple[str, ...]
     intent: str
     domain: str | None = None
+    #: ``file:line`` it was read from (set by `load_corpus`, for messages; not part of equality)
+    source: str | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.tokens) != len(self.tags):
@@ -35,8 +37,9 @@ class Utterance:
         return " ".join(self.tokens)
 
 
-def bio_problem(tags: Sequence[str]) -> str | None:
-    """Return a description of the first BIO violation in ``tags``, or None if valid.
+def bio_violation(tags: Sequence[str]) -> tuple[int, str] | None:
+    """The 0-based position and a description of the first BIO violation in ``tags``, or None
+    if valid.
 
     Valid tags are ``O``, ``B-<type>`` and ``I-<type>``; an ``I-<type>`` must follow a
     ``B-<type>`` or ``I-<type>`` of the same type.
@@ -44,11 +47,17 @@ def bio_problem(tags: Sequence[str]) -> str | None:
     prev = "O"
     for i, tag in enumerate(tags):
         if tag != "O" and not (tag[:2] in ("B-", "I-") and len(tag) > 2):
-            return f"tag {i + 1} {tag!r} is not O, B-<type> or I-<type>"
+            return i, f"tag {i + 1} {tag!r} is not O, B-<type> or I-<type>"
         if tag.startswith("I-") and (prev == "O" or prev[2:] != tag[2:]):
-            return f"tag {i + 1} {tag!r} follows {prev!r} (I- without B-)"
+            return i, f"tag {i + 1} {tag!r} follows {prev!r} (I- without B-)"
         prev = tag
     return None
+
+
+def bio_problem(tags: Sequence[str]) -> str | None:
+    """A description of the first BIO violation in ``tags`` (`bio_violation`), or None if valid."""
+    violation = bio_violation(tags)
+    return None if violation is None else violation[1]
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from robustnlu.checkpoint import read_checkpoint
 from robustnlu.data.datamodule import Collator, encode_utterances
 from robustnlu.data.utterance import Utterance
 from robustnlu.efficiency.conatural import RollingFisher, empirical_fisher
@@ -40,9 +41,7 @@ def prepare_adaptation(module: SLUModule, tokenizer, efficiency: EfficiencySplit
 def load_source_model(module: SLUModule, checkpoint: Path) -> None:
     """Put the source model's encoder and head weights into ``module`` (same label vocabulary:
     the protocol's vocabulary spans every domain, so the heads fit)."""
-    if not checkpoint.is_file():
-        raise ConfigError(f"efficiency.init_from={checkpoint}: no such checkpoint")
-    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    ckpt = read_checkpoint(checkpoint)
     if ckpt["hyper_parameters"]["vocab"] != module.hparams.vocab:
         raise ConfigError(f"efficiency.init_from={checkpoint}: its label vocabulary differs from this run's "
                           "(a source model of the same sources and target?)")

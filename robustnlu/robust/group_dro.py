@@ -5,15 +5,18 @@ Exponentiated-gradient weights q over the G groups, uniform at the start. Every 
 
 1. per-group mean losses of the groups present in the batch, L_g = Σ_i M_ig l_i / Σ_i M_ig
    (M = the batch's memberships; one-hot for hard groups, Sagawa's ``compute_group_avg``);
-2. q update from the detached L_g, in log space: log q_g ← ρ·log q_g + η·L_g for the present
-   groups, then log q ← log_softmax(log q). An absent group keeps its unnormalised weight, as in
-   Sagawa's code, where its loss is 0 and exp(η·0) = 1;
+2. q update from the detached L_g, in log space: log q_g ← ρ·log q_g + η·L_g for every group g,
+   then log q ← log_softmax(log q). An absent group has L_g = 0, as in Sagawa's code (their
+   Algorithm 1 step q_g ← q_g·exp(η·L_g) with exp(η·0) = 1): with ρ = 1 it keeps its unnormalised
+   weight; with ρ < 1 its log-weight decays like every other group's, so that appearing in a
+   batch gains a group nothing unless its loss is positive;
 3. loss = Σ_{g present} q_g L_g with the updated q (Sagawa's ``group_loss @ adv_probs``).
 
 η = ``step_size``. ρ = ``decay`` is our reading of the "geometric decay of the exponential average"
 the core paper added as an option (App. C, Table 9 "geometric decay: True, False"; no formula is
-given): with every group present, log q_t = η Σ_s ρ^(t−s) L_s + const, i.e. old group losses are
-forgotten geometrically; ρ = 1 is Sagawa's update (their sum of all past losses).
+given): log q_t = η Σ_{s≤t} ρ^(t−s) L_s + const (L_s = 0 for a group absent at step s; the uniform
+start is a constant and drops out), i.e. old group losses are forgotten geometrically; ρ = 1 is
+Sagawa's update (their sum of all past losses).
 
 Two tasks: Algorithm 1 of the core paper reduces the slot and the intent loss separately, so by
 default each task has its own q, updated from its own group losses (``shared_weights=False``).
@@ -75,10 +78,9 @@ class GroupDRO(GroupedObjective):
 
     def robust_loss(self, losses: Tensor, name: str, step: TaskLosses) -> Tensor:
         """Update q of weight set ``name`` from the batch's group losses; return Σ_g q_g L_g."""
-        group_losses, present = group_mean_losses(losses, self.batch_membership(step))
+        group_losses, _ = group_mean_losses(losses, self.batch_membership(step))  # 0 for absent groups
         log_q = self.log_group_weights(name)
         with torch.no_grad():
             step_losses = group_losses.detach().to(log_q.dtype)
-            log_q.copy_(torch.log_softmax(
-                torch.where(present, self.decay * log_q + self.step_size * step_losses, log_q), dim=0))
+            log_q.copy_(torch.log_softmax(self.decay * log_q + self.step_size * step_losses, dim=0))
         return group_losses @ log_q.exp().to(losses.dtype)

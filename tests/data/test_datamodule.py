@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -24,10 +26,28 @@ def test_truncated_words_are_dropped_and_unseen_labels_ignored(tokenizer):
     train = [Utterance("t", ("a",), ("B-known",), "Known")]
     vocab = LabelVocab.from_utterances(train)
     u = Utterance("u", tuple("w%d" % i for i in range(20)), ("B-new",) + ("O",) * 19, "Unseen")
-    (e,) = encode_utterances([u], tokenizer, vocab, max_length=8)
+    with pytest.warns(UserWarning, match="1 of 1 utterances are longer than max_length=8"):
+        (e,) = encode_utterances([u], tokenizer, vocab, max_length=8)
     assert len(e.input_ids) == 8
     assert 0 < len(e.word_index) < 20 and len(e.tag_ids) == len(e.word_index)
     assert e.tag_ids[0] == -100 and e.intent_id == -100
+
+
+def test_utterances_longer_than_max_length_get_one_warning(tokenizer):
+    """Never cut silently: one warning with the count and the first one's file:line."""
+    words = tuple(f"w{i}" for i in range(20))
+    utts = [Utterance("s", ("a", "b"), ("O", "O"), "X", source="data/x.jsonl:1"),
+            Utterance("l1", words, ("O",) * 20, "X", source="data/x.jsonl:2"),
+            Utterance("l2", words, ("O",) * 20, "X", source="data/x.jsonl:5")]
+    vocab = LabelVocab.from_utterances(utts)
+    with pytest.warns(UserWarning) as record:
+        encode_utterances(utts, tokenizer, vocab, max_length=8)
+    assert [str(w.message) for w in record] == [
+        "2 of 3 utterances are longer than max_length=8 sub-tokens: their words past it are not trained on and are "
+        "predicted O (first: data/x.jsonl:2, 20 words)"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        encode_utterances(utts, tokenizer, vocab, max_length=64)  # all fit: no warning
 
 
 def test_word_without_subtokens_borrows_previous_position(tokenizer):

@@ -216,7 +216,7 @@ def write_bio_lines(root: Path, rows: list[tuple[str, str, str]]) -> Path:
 
 
 def top_config(
-    header: bool = False, columns: tuple[str, ...] = ("raw", "tokenized", "tree")
+    header: list[str] | None = None, columns: tuple[str, ...] = ("raw", "tokenized", "tree")
 ) -> dict:
     files = {"train": "train.tsv", "valid": "eval.tsv", "test": "test.tsv"}
     return {
@@ -226,7 +226,7 @@ def top_config(
 
 
 def topv2_config() -> dict:
-    return {**top_config(header=True, columns=("domain", "utterance", "tree")), "domain": "event"}
+    return {**top_config(header=TOPV2_HEADER.split("\t"), columns=("domain", "utterance", "tree")), "domain": "event"}
 
 
 def write_top(root: Path, rows: list[str]) -> Path:
@@ -453,10 +453,69 @@ def test_error_conll_missing_column(tmp_path: Path) -> None:
         load_corpus(conll_config(), tmp_path)
 
 
-def test_error_conll_invalid_bio(tmp_path: Path) -> None:
-    train = write_conll(tmp_path, text="O\tshow\n\nO\tplay\nI-GENRE\tjazz\n\n")
-    with raises_data_error(train, 3, "invalid BIO: tag 2 'I-GENRE' follows 'O'"):
+def test_error_conll_invalid_bio_names_the_tokens_line(tmp_path: Path) -> None:
+    train = write_conll(tmp_path, text="O\tshow\n\nO\tplay\nO\tsome\nI-GENRE\tjazz\n\n")
+    with raises_data_error(train, 5, "invalid BIO in the sentence starting at line 3: tag 3 'I-GENRE' follows 'O'"):
         load_corpus(conll_config(), tmp_path)
+
+
+def test_error_conll_word_with_white_space(tmp_path: Path) -> None:
+    train = write_conll(tmp_path, text="O\tplay\nB-GENRE\tsmooth\u00a0jazz\n\n")
+    with raises_data_error(train, 2, "the word 'smooth\\xa0jazz' holds white space"):
+        load_corpus(conll_config(), tmp_path)
+
+
+@pytest.mark.parametrize(("file", "rows", "problem"), [
+    ("seq.in", [("play\tsome jazz", "O O B-genre", "PlayMusic")],
+     "tokens: U+0009 ('\\t') at character 5: tokens are separated by plain spaces only"),
+    ("seq.out", [("play some jazz", "O O\u00a0B-genre", "PlayMusic")], "tags: NO-BREAK SPACE ('\\xa0') at character 4"),
+])
+def test_error_bio_lines_non_space_white_space(tmp_path: Path, file: str, rows, problem: str) -> None:
+    folder = write_bio_lines(tmp_path, [GOOD_BIO_ROWS[0], *rows])
+    with raises_data_error(folder / "train" / file, 2, problem):
+        load_corpus(bio_lines_config(), tmp_path)
+
+
+def test_error_top_tree_non_space_white_space(tmp_path: Path) -> None:
+    row = top_row(GOOD_TREE)
+    bad = row.rsplit("\t", 1)[0] + "\t" + GOOD_TREE.replace("in [SL", "in\u2003[SL")
+    train = write_top(tmp_path, [row, bad])
+    with raises_data_error(train, 2, "tree column: EM SPACE"):
+        load_corpus(top_config(), tmp_path)
+
+
+def test_error_topv2_header_is_checked(tmp_path: Path) -> None:
+    row = f"event\tArt fairs in Detroit\t{GOOD_TREE}"
+    train = write_top(tmp_path, ["domain\tutterance\tparse", row])
+    with raises_data_error(train, 1, "header 'domain|utterance|parse', expected 'domain|utterance|semantic_parse'"):
+        load_corpus(topv2_config(), tmp_path)
+
+
+def test_error_topv2_missing_header_row(tmp_path: Path) -> None:
+    row = f"event\tArt fairs in Detroit\t{GOOD_TREE}"
+    train = write_top(tmp_path, [row, row])  # the first data row is not skipped as a header
+    with raises_data_error(train, 1, "header 'event|Art fairs in Detroit|"):
+        load_corpus(topv2_config(), tmp_path)
+
+
+def test_error_header_config_without_names(tmp_path: Path) -> None:
+    write_top(tmp_path, [TOPV2_HEADER])
+    with pytest.raises(ConfigError, match=r"^dataset.header: the 3 column names of the files' header row, or false "
+                                          r"\(got True\)$"):
+        load_corpus({**topv2_config(), "header": True}, tmp_path)
+
+
+def test_error_utterance_past_the_word_limit(tmp_path: Path) -> None:
+    long = {"tokens": ["la"] * 513, "tags": ["O"] * 513, "intent": "sing"}
+    config = write_jsonl(tmp_path, [jsonl_record(0), json.dumps(long)], valid=[jsonl_record(3)], test=[jsonl_record(1)])
+    with raises_data_error(tmp_path / "train.jsonl", 2, "513 words: more than 512, the most an utterance may have"):
+        load_corpus(config, tmp_path)
+    at_limit = {**long, "tokens": ["la"] * 512, "tags": ["O"] * 512}
+    config = write_jsonl(tmp_path, [jsonl_record(0), json.dumps(at_limit)], valid=[jsonl_record(3)],
+                         test=[jsonl_record(1)])
+    corpus = load_corpus(config, tmp_path)
+    assert len(corpus.train[1].tokens) == 512
+    assert corpus.train[1].source == f"{tmp_path / 'train.jsonl'}:2"  # for messages about it (not equality)
 
 
 @pytest.mark.parametrize(
@@ -486,5 +545,6 @@ def test_error_duplicate_uid(tmp_path: Path) -> None:
         valid=[jsonl_record(0)],
         test=[jsonl_record(0, uid="c"), jsonl_record(0, uid="b")],
     )
-    with raises_data_error(tmp_path / "test.jsonl", 2, "duplicate uid 'b' (first at "):
+    with pytest.raises(DataError) as info:
         load_corpus(config, tmp_path)
+    assert str(info.value) == f"{tmp_path / 'test.jsonl'}:2: duplicate uid 'b' (first at {tmp_path / 'train.jsonl'}:2)"

@@ -249,6 +249,17 @@ def test_normalise_snips_hand_example() -> None:
     assert normalise(time, "snips", "misspellings").tags == ("O", "B-time", "I-time", "I-time")
 
 
+def test_normalise_deleting_a_token_inside_a_slot_span_repairs_bio() -> None:
+    """A punctuation-only token deleted at the start of a span: the span's next token becomes its
+    B- (rule 4, `repair_bio`); deleted in the middle: the span goes on."""
+    start = Utterance("a", ("play", "'", "smooth", "jazz", "now"), ("O", "B-genre", "I-genre", "I-genre", "O"), "Play")
+    u = normalise(start, "snips", "synonyms")
+    assert u.tokens == ("play", "smooth", "jazz", "now")
+    assert u.tags == ("O", "B-genre", "I-genre", "O")
+    middle = Utterance("b", ("play", "smooth", ".", "jazz"), ("O", "B-genre", "I-genre", "I-genre"), "Play")
+    assert normalise(middle, "snips", "synonyms").tags == ("O", "B-genre", "I-genre")
+
+
 def test_normalise_atis_keeps_punctuation() -> None:
     u = Utterance("z", ("What's", "the", "fare", "to", "St.", "Louis", "?"), ("O",) * 4 + ("B-city", "I-city", "O"), "f")
     assert normalise(u, "atis", "synonyms").tokens == ("what's", "the", "fare", "to", "st.", "louis", "?")

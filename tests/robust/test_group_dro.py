@@ -34,8 +34,9 @@ STEPS = [
 
 
 def np_group_dro(steps, membership, eta, rho, shared=False, gamma=GAMMA):
-    """Reference: per weight set, L_g = Σ M l / Σ M over present groups, log q ← ρ log q + η L_g
-    on present groups, normalise; loss Σ q L. Returns per step (loss, {set: q}, {task: dloss/dl})."""
+    """Reference: per weight set, L_g = Σ M l / Σ M over present groups (0 for absent ones),
+    log q ← ρ log q + η L_g for every group, normalise; loss Σ q L. Returns per step
+    (loss, {set: q}, {task: dloss/dl})."""
     n_groups = membership.shape[1]
     log_q = {name: np.full(n_groups, -np.log(n_groups)) for name in (["combined"] if shared else ["slot", "intent"])}
     out = []
@@ -51,7 +52,7 @@ def np_group_dro(steps, membership, eta, rho, shared=False, gamma=GAMMA):
         for name, l in losses.items():
             group_loss = np.zeros(n_groups)
             group_loss[present] = (m[:, present] * l[:, None]).sum(0) / counts[present]
-            z = np.where(present, rho * log_q[name] + eta * group_loss, log_q[name])
+            z = rho * log_q[name] + eta * group_loss
             log_q[name] = z - np.log(np.exp(z - z.max()).sum()) - z.max()
             q = np.exp(log_q[name])
             scale = gamma if name == "intent" else 1.0
@@ -95,6 +96,52 @@ def test_an_absent_group_keeps_its_unnormalised_weight():
     assert objective.log_group_weights("slot").exp().tolist() == pytest.approx([q0, 1 - q0])
     assert objective.log_group_weights("intent").exp().tolist() == pytest.approx([0.5, 0.5])  # intent loss 0
     assert loss.item() == pytest.approx(q0 * 2.0)  # Σ over present groups, q normalised over all
+
+
+def closed_form_weights(group_losses: np.ndarray, eta: float, rho: float) -> np.ndarray:
+    """q_T = softmax(η Σ_{s≤T} ρ^(T−s) L_s) for per-step group losses ``[T, G]`` (absent groups 0):
+    the geometric average the decayed update computes, written out as a sum."""
+    t = len(group_losses)
+    z = eta * (rho ** np.arange(t - 1, -1, -1)[:, None] * group_losses).sum(0)
+    return np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+
+
+@pytest.mark.parametrize("decay", [1.0, 0.8, 0.5])
+def test_decayed_weights_equal_the_closed_form_with_absent_groups(decay):
+    """Hard groups, most of them absent from most batches: q after every step equals the
+    discounted sum of past group losses, where an absent group's loss is 0."""
+    rng = np.random.default_rng(0)
+    n_groups, steps = 5, 12
+    objective = GroupDRO(groups=FixedGroups(np.eye(n_groups)), step_size=0.3, decay=decay)
+    objective.setup(datamodule=None, model=None)
+    history = []
+    for _ in range(steps):
+        index = rng.choice(n_groups, size=int(rng.integers(1, 3)), replace=False)  # 1-2 of 5 groups
+        slot = rng.uniform(0, 3, size=len(index))
+        objective(task_losses(slot, np.zeros(len(index)), index=index))
+        row = np.zeros(n_groups)
+        row[index] = slot  # one example per present group: its loss is the group's mean
+        history.append(row)
+        q = objective.log_group_weights("slot").exp().numpy()
+        assert q == pytest.approx(closed_form_weights(np.array(history), eta=0.3, rho=decay), rel=1e-6)  # q is float32
+
+
+def test_appearing_with_zero_loss_gains_a_group_no_weight():
+    """Issue 15's cases: with decay < 1, being in the batch with loss 0 leaves q uniform."""
+    objective = GroupDRO(groups=FixedGroups(np.eye(2)), step_size=1.0, decay=0.5)
+    objective.setup(datamodule=None, model=None)
+    objective(task_losses([0.0], [0.0], index=[0]))  # only group 0, loss 0
+    assert objective.log_group_weights("slot").exp().tolist() == pytest.approx([0.5, 0.5], rel=1e-6)
+
+    rng = np.random.default_rng(1)
+    objective = GroupDRO(groups=FixedGroups(np.eye(100)), step_size=0.1, decay=0.99)
+    objective.setup(datamodule=None, model=None)
+    for _ in range(300):
+        index = rng.choice(100, size=32, replace=False)
+        objective(task_losses(np.zeros(32), np.zeros(32), index=index))
+    for name in ("slot", "intent"):
+        q = objective.log_group_weights(name).exp()
+        assert (q.max() / q.min()).item() == pytest.approx(1.0, rel=1e-6)
 
 
 def test_large_losses_stay_finite():

@@ -178,6 +178,17 @@ def test_hold_out_both_gives_the_same_train_and_test_for_both_validation_kinds(c
     assert len(iid.uids("train")) == 400 - 3 * 40
 
 
+def test_iid_validation_sample_changes_with_the_seed(clustered, config):
+    """With CAPPED (the paper's rule alone), test is the same four clusters for every seed, so the i.i.d. validation
+    pool (everything else) is the same too: only the seeded draw can make valid differ."""
+    utts, ids = clustered(CAPPED)
+    first, second = (split_by_clusters(utts, ids, config(validation="iid", seed=s, lookahead=False)) for s in (0, 1))
+    assert in_split(first, "test") == in_split(second, "test")
+    assert in_split(first, "train") | in_split(first, "valid") == in_split(second, "train") | in_split(second, "valid")
+    assert len(in_split(first, "valid")) == len(in_split(second, "valid")) == 40
+    assert in_split(first, "valid") != in_split(second, "valid")
+
+
 def test_same_seed_same_bytes_different_seed_different_split(clustered, config):
     utts, ids = clustered(TEN_CLUSTERS)
     a = split_by_clusters(utts, ids, config(seed=7)).to_json()

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from integration_helpers import FAST, REPO, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from integration_helpers import FAST, cli_env, jsonl_overrides, run_cli, write_snips_sample_jsonl
 
 START_SCRIPT = Path(__file__).with_name("start_slurm.sh")
 TINY_SWEEP = [*FAST, "trainer.max_epochs=1", "seed=1,2"]
@@ -150,7 +150,7 @@ def test_a_slurm_job_signalled_mid_epoch_is_requeued_and_resumes_to_the_uninterr
         "hydra.launcher.timeout_min=9",
         f"hydra.sweep.dir={sweep_dir}",
     ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO / "tests")}
+    env = cli_env()
     log_path = tmp_path / "driver.log"
     started = time.time()
     with log_path.open("w") as driver_log:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,16 @@ from robustnlu.data.readers.common import FormatReader, Row, SplitRows, config_v
 from robustnlu.data.readers.conll_bio import read_conll_bio
 from robustnlu.data.readers.jsonl import read_jsonl
 from robustnlu.data.readers.top_tree import read_top_tree
-from robustnlu.data.utterance import SPLITS, Corpus
+from robustnlu.data.utterance import SPLITS, Corpus, Utterance
 from robustnlu.errors import ConfigError, DataError
 
 logger = logging.getLogger(__name__)
+
+#: the most words an utterance may have: no encoder here has more than 512 positions, so a
+#: longer one cannot be encoded whole by any of them; it is a formatting error (e.g. a missing
+#: line break), not a spoken utterance. Longer than ``data.max_length`` sub-tokens but within
+#: this limit: `robustnlu.data.datamodule.encode_utterances` warns.
+MAX_WORDS = 512
 
 READERS: dict[str, FormatReader] = {
     "bio_lines": read_bio_lines,
@@ -53,7 +60,7 @@ def load_corpus(dataset_cfg: Mapping[str, Any], root: Path) -> Corpus:
         raise ConfigError(f"dataset.format: unknown format {fmt!r}; one of {sorted(READERS)}")
     splits = READERS[fmt](cfg, Path(root))
     check_unique_uids(splits)
-    corpus = Corpus(name, *([row.utterance for row in splits[split]] for split in SPLITS))
+    corpus = Corpus(name, *([located(row) for row in splits[split]] for split in SPLITS))
     logger.info(
         "dataset %s: %s utterances, %d intents",
         name,
@@ -61,6 +68,14 @@ def load_corpus(dataset_cfg: Mapping[str, Any], root: Path) -> Corpus:
         len(corpus.intents()),
     )
     return corpus
+
+
+def located(row: Row) -> Utterance:
+    """The row's utterance with its ``file:line``; more than `MAX_WORDS` words is a DataError."""
+    if len(row.utterance.tokens) > MAX_WORDS:
+        raise DataError(row.path, row.line, f"{len(row.utterance.tokens)} words: more than {MAX_WORDS}, the most "
+                                            "an utterance may have (a missing line break?)")
+    return replace(row.utterance, source=f"{row.path}:{row.line}")
 
 
 def check_unique_uids(splits: SplitRows) -> None:

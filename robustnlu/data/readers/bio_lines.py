@@ -17,6 +17,7 @@ from robustnlu.data.readers.common import (
     make_uid,
     read_lines,
     split_mapping,
+    split_tokens,
     tag_problem,
 )
 from robustnlu.data.utterance import Utterance
@@ -49,7 +50,7 @@ def read_folder(folder: Path, dataset: str, source: str) -> list[Row]:
     rows = []
     for index, (token_line, tag_line, intent) in enumerate(zip(token_lines, tag_lines, intents)):
         line = index + 1
-        tokens, tags = token_line.split(), tag_line.split()
+        tokens, tags = split_tokens(token_line, seq_in, line, "tokens"), split_tokens(tag_line, seq_out, line, "tags")
         if not tokens:
             raise DataError(seq_in, line, "empty utterance (no tokens)")
         if problem := tag_problem(tokens, tags):

@@ -4,6 +4,8 @@ access and carving a seeded dev split out of train."""
 from __future__ import annotations
 
 import hashlib
+import re
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +15,7 @@ from robustnlu.data.utterance import SPLITS, Utterance, bio_problem
 from robustnlu.errors import ConfigError, DataError
 
 _MISSING = "???"  # OmegaConf's mandatory-value marker, kept as a string by to_container
+_NOT_A_SPACE = re.compile(r"[^\S ]")  # whitespace other than the plain space
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
@@ -57,6 +60,24 @@ def read_lines(path: Path) -> list[str]:
     if lines[-1] == "":
         lines.pop()
     return [line.removesuffix("\r") for line in lines]
+
+
+def whitespace_problem(text: str) -> str | None:
+    """Why ``text``, a space-separated token sequence, is not one: a tab, no-break space or other
+    whitespace that a plain ``split()`` would silently take as a separator; or None."""
+    if (found := _NOT_A_SPACE.search(text)) is None:
+        return None
+    char = found.group()
+    name = unicodedata.name(char, f"U+{ord(char):04X}")
+    return f"{name} ({char!r}) at character {found.start() + 1}: tokens are separated by plain spaces only"
+
+
+def split_tokens(text: str, path: Path, line: int, what: str) -> list[str]:
+    """The space-separated tokens of ``text`` (line ``line`` of ``path``; ``what`` names the
+    field in the message); other whitespace inside raises DataError (`whitespace_problem`)."""
+    if problem := whitespace_problem(text):
+        raise DataError(path, line, f"{what}: {problem}")
+    return text.split()
 
 
 def make_uid(dataset: str, source: str, index: int) -> str:

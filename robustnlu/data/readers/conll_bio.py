@@ -20,9 +20,8 @@ from robustnlu.data.readers.common import (
     make_uid,
     read_lines,
     split_mapping,
-    tag_problem,
 )
-from robustnlu.data.utterance import Utterance
+from robustnlu.data.utterance import Utterance, bio_violation
 from robustnlu.errors import ConfigError, DataError
 
 
@@ -44,20 +43,23 @@ def read_conll_bio(cfg: Mapping[str, Any], root: Path) -> SplitRows:
 
 
 def read_conll_file(path: Path, dataset: str, source: str, corpus: str) -> list[Row]:
-    """One file's sentences; uids are ``<dataset>-<source>-<sentence index>``."""
+    """One file's sentences; uids are ``<dataset>-<source>-<sentence index>``. An error names
+    the line of the offending token, not the first line of its sentence."""
     rows: list[Row] = []
     tokens: list[str] = []
     tags: list[str] = []
-    first_line = 0
+    lines: list[int] = []  # each token's line
 
     def end_sentence() -> None:
-        if problem := tag_problem(tokens, tags):
-            raise DataError(path, first_line, f"sentence starting here: {problem}")
+        if violation := bio_violation(tags):
+            index, problem = violation
+            raise DataError(path, lines[index], f"invalid BIO in the sentence starting at line {lines[0]}: {problem}")
         uid = make_uid(dataset, source, len(rows))
         utterance = Utterance(uid, tuple(tokens), tuple(tags), intent=corpus, domain=corpus)
-        rows.append(Row(utterance, path, first_line))
+        rows.append(Row(utterance, path, lines[0]))
         tokens.clear()
         tags.clear()
+        lines.clear()
 
     for line, text in enumerate(read_lines(path), start=1):
         if not text.strip():
@@ -67,10 +69,12 @@ def read_conll_file(path: Path, dataset: str, source: str, corpus: str) -> list[
         cells = text.split("\t")
         if len(cells) != 2 or not all(c.strip() for c in cells):
             raise DataError(path, line, f"expected TAG<TAB>word, got {text!r}")
-        if not tokens:
-            first_line = line
-        tags.append(cells[0].strip())
-        tokens.append(cells[1].strip())
+        tag, word = (c.strip() for c in cells)
+        if any(c.isspace() for c in word):
+            raise DataError(path, line, f"the word {word!r} holds white space: one word per line")
+        tags.append(tag)
+        tokens.append(word)
+        lines.append(line)
     if tokens:
         end_sentence()
     return rows

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from robustnlu.data.readers.common import read_lines, tag_problem
+from robustnlu.data.readers.common import read_lines, tag_problem, whitespace_problem
 from robustnlu.data.utterance import Utterance
 from robustnlu.errors import DataError
 
@@ -57,6 +57,9 @@ def row_problem(cells: Sequence[str], tokens: Sequence[str], tags: Sequence[str]
         return "empty u_id"
     if not cells[4].strip():
         return "empty intent"
+    for column, text in (("utterance", cells[1]), ("slot-labels", cells[3])):
+        if problem := whitespace_problem(text.strip()):
+            return f"{column}: {problem}"
     if len(tokens) != len(tags):
         hint = " (the utterance has a double space)" if "  " in cells[1].strip() else ""
         return f"{len(tags)} slot labels for {len(tokens)} tokens{hint}"

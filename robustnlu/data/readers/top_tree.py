@@ -11,7 +11,7 @@ Every tree is still parsed, so a malformed nested tree is reported, not silently
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from robustnlu.data.readers.common import (
     make_uid,
     read_lines,
     split_mapping,
+    whitespace_problem,
 )
 from robustnlu.data.utterance import Utterance
 from robustnlu.errors import ConfigError, DataError
@@ -113,7 +114,7 @@ class TreeFileLayout:
 
     dataset: str
     columns: list[str]
-    header: bool
+    header: list[str] | None  # the header row's column names, checked; None: no header row
     domain: str | None
 
     def read(self, path: Path) -> list[Row]:
@@ -121,8 +122,9 @@ class TreeFileLayout:
         excluded), so skipped nested rows leave gaps."""
         lines = read_lines(path)
         first = 1 if self.header else 0
-        if self.header:
-            self.check_columns(path, 1, lines[0])
+        if self.header and lines[0].split("\t") != self.header:
+            raise DataError(path, 1, f"header {'|'.join(lines[0].split(chr(9)))!r}, expected "
+                                     f"{'|'.join(self.header)!r} (dataset.header)")
         if len(lines) <= first:
             raise DataError(path, first + 1, "no data rows after the header")
         rows = []
@@ -154,6 +156,9 @@ class TreeFileLayout:
     def parse_row(self, path: Path, line: int, text: str, uid: str) -> Utterance | None:
         """The row's utterance, or None for a (valid) nested tree."""
         cell = dict(zip(self.columns, self.check_columns(path, line, text)))
+        for role in (TREE, TOKENIZED):
+            if role in cell and (problem := whitespace_problem(cell[role])):
+                raise DataError(path, line, f"{role} column: {problem}")
         try:
             tree = parse_tree(cell[TREE])
         except TreeSyntaxError as err:
@@ -180,15 +185,21 @@ def read_top_tree(cfg: Mapping[str, Any], root: Path) -> SplitRows:
 
     ``dataset.columns`` names each tab-separated column; the ``tree`` column is required, a
     ``tokenized`` column (TOP v1) must equal the tree's leaves, a ``domain`` column (TOPv2)
-    must equal ``dataset.domain``. ``dataset.header`` skips a header row.
+    must equal ``dataset.domain``. ``dataset.header``: the names of the header row's columns,
+    which every file's first row must hold (false or null: no header row).
     """
     columns = list(config_value(cfg, "columns"))
     if TREE not in columns:
         raise ConfigError(f"dataset.columns must name a {TREE!r} column, got {columns}")
+    header = cfg.get("header") or None
+    if header is not None and (isinstance(header, str) or not isinstance(header, Sequence)
+                               or [str(h) for h in header] != list(header) or len(header) != len(columns)):
+        raise ConfigError(f"dataset.header: the {len(columns)} column names of the files' header row, or false "
+                          f"(got {header!r})")
     layout = TreeFileLayout(
         dataset=config_value(cfg, "name"),
         columns=columns,
-        header=bool(cfg.get("header", False)),
+        header=list(header) if header else None,
         domain=cfg.get("domain"),
     )
     base = root / config_value(cfg, "path")
