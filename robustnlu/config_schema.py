@@ -210,6 +210,18 @@ class Seq(Spec):
 
 
 @dataclass(frozen=True)
+class FalseOr(Spec):
+    """``false`` (or null) for "none", else ``spec`` (e.g. a TOP file's header names)."""
+
+    spec: Spec
+    null: bool = True
+
+    def check(self, key: str, value: Any, root: Mapping[str, Any]) -> None:
+        if value is not None and value is not False:
+            self.spec.check(key, value, root)
+
+
+@dataclass(frozen=True)
 class Rule:
     """A condition across keys of a node (or of the whole config): ``test(node, root)`` must
     hold; otherwise ``key`` (relative to the node) is reported with ``problem``."""
@@ -222,11 +234,12 @@ class Rule:
 @dataclass(frozen=True)
 class Node(Spec):
     """A mapping with these ``keys`` (all required but those in ``optional``). ``extra``: the
-    other keys allowed unchecked (``"*"``: any)."""
+    other keys allowed unchecked (``"*"``: any), or a function that returns them when a key
+    outside ``keys`` turns up (a constructor's arguments: its import may need an extra)."""
 
     keys: Mapping[str, Spec]
     optional: frozenset[str] = frozenset()
-    extra: frozenset[str] | str = frozenset()
+    extra: frozenset[str] | str | Callable[[], frozenset[str] | str] = frozenset()
     rules: tuple[Rule, ...] = ()
     null: bool = False
 
@@ -234,8 +247,10 @@ class Node(Spec):
         if not present(self, key, value, dict, "a mapping"):
             return
         prefix = f"{key}." if key else ""
-        for name in value:
-            if name not in self.keys and self.extra != "*" and name not in self.extra:
+        unknown = [name for name in value if name not in self.keys]
+        extra = self.extra() if unknown and callable(self.extra) else self.extra
+        for name in unknown:
+            if extra != "*" and name not in extra:
                 known = ", ".join(sorted(self.keys))
                 raise bad(f"{prefix}{name}", f"unknown key ({key or 'the config'} has {known})", value[name])
         for name, spec in self.keys.items():
@@ -341,7 +356,7 @@ def instance(target: str, keys: Mapping[str, Spec] | None = None, *, checked_onl
     ``_partial_``); ``checked_only=False``: its constructor's other arguments are allowed too."""
     keys = {"_target_": choice(target), "_partial_": flag(), **(keys or {})}
     return Node(keys, optional=frozenset({"_partial_"}) | optional,
-                extra=frozenset() if checked_only else arguments_of(target), rules=rules)
+                extra=frozenset() if checked_only else lambda: arguments_of(target), rules=rules)
 
 
 def by_target(nodes: tuple[Node, ...], null: bool = False) -> Variants:
@@ -371,7 +386,8 @@ def dataset() -> Variants:
                        "test": text(), **dev_carve}, optional=frozenset(dev_carve) | {"valid"}),
         "conll_bio": Node({"name": name, "format": text(), "corpora": MapOf(text()),
                            "files": Node({"train": text(), "test": text()}), **dev_carve}),
-        "top_tree": Node({"name": name, "format": text(), "path": path, "files": splits3, "header": flag(),
+        "top_tree": Node({"name": name, "format": text(), "path": path, "files": splits3,
+                          "header": FalseOr(Seq(text(), min_length=1)),
                           "columns": Seq(text(), min_length=1), "domain": text(null=True)},
                          optional=frozenset({"domain", "header"})),
     })

@@ -199,4 +199,4 @@ def test_an_interpolation_that_cannot_be_resolved_is_a_config_error():
     cfg = OmegaConf.create({"inspect": "${nowhere}", "inspect_examples": 5})
     with pytest.raises(ConfigError, match=r"^inspect: cannot be resolved"):
         check_config(cfg, "seqdrift")
-    assert set(schema("seqdrift").keys) == {"dataset", "drift", "validation", "paths", "inspect", "inspect_examples"}
+    assert set(schema("seqdrift").keys) == {"dataset", "drift", "validation", "paths", "inspect", "inspect_examples", "verify"}
