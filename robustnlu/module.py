@@ -34,6 +34,7 @@ from robustnlu.errors import ConfigError
 from robustnlu.metrics import SLUMetrics
 from robustnlu.model.encoders import encoder_from_config
 from robustnlu.model.jointbert import JointBERT
+from robustnlu.precision import fp32
 from robustnlu.robust.base import ModelSpec
 
 #: parameters without weight decay (JointBERT / BERT fine-tuning convention)
@@ -103,6 +104,10 @@ class SLUModule(pl.LightningModule):
         #: the source task's diagonal Fisher, one tensor per encoder parameter (optimizer=conatural;
         #: set by `robustnlu.efficiency.adapt.source_fisher`; resumed runs get it from the optimizer state)
         self.source_fisher: list[torch.Tensor] | None = None
+        #: the collator's pad value of each batch tensor, to gather batches under DDP; set from the
+        #: data module in `setup` (None without one, e.g. `make bench`'s pre-collated batches:
+        #: then training runs on one process, where nothing is gathered)
+        self.pad_values: dict[str, float] | None = None
         self.metrics = SLUMetrics(intents=eval_intents)
         self.prediction_rows: list[dict[str, Any]] = []
         #: stage ("valid" / "test") → {"metrics": ..., "predictions": ...} of the last evaluation
@@ -129,6 +134,7 @@ class SLUModule(pl.LightningModule):
     def setup(self, stage: str) -> None:
         datamodule = self.trainer.datamodule if self._trainer is not None else None
         if stage == "fit" and datamodule is not None:
+            self.pad_values = datamodule.collate.pad_values
             self.objective.setup(datamodule, self.model)
             weights = self.objective.sample_weights()
             if weights is not None:
@@ -162,10 +168,11 @@ class SLUModule(pl.LightningModule):
                 torch.cuda.set_rng_state_all(rng["cuda"])
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        output = self.model(batch)
+        output = self.model(batch)  # in the trainer's precision (bf16 autocast with bf16-mixed)
         # under DDP: the losses of the whole global batch, from every process (robustnlu/distributed.py)
-        losses = gather_task_losses(self.model.task_losses(output, batch), self.trainer.datamodule.collate.pad_values)
-        loss = self.objective(losses)
+        losses = gather_task_losses(self.model.task_losses(output, batch), self.pad_values)
+        with fp32(self.device):  # the objective (its own networks, weights, top-k) in float32
+            loss = self.objective(losses)
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=losses.slot.numel(),
                  sync_dist=True)  # the global batch's loss under DDP: the same on every process
         # the per-task means are summed here and logged once an epoch: each self.log call costs
@@ -216,7 +223,8 @@ class SLUModule(pl.LightningModule):
         ]
         groups = batch["groups"].tolist()
         if split == "valid" and self.selection is not None and self.trainer.state.fn == "fit" and not self.trainer.sanity_checking:
-            self._selection_step(output, batch, pred_intents, pred_tags, gold)
+            with fp32(self.device):
+                self._selection_step(output, batch, pred_intents, pred_tags, gold)
         self.metrics.update(pred_intents, [u.intent for u in gold], pred_tags, [list(u.tags) for u in gold], groups)
         for u, pi, pt, g in zip(gold, pred_intents, pred_tags, groups, strict=True):
             self.prediction_rows.append(

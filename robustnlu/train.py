@@ -45,6 +45,7 @@ from robustnlu.io import atomic_write_json, atomic_write_jsonl, atomic_write_tex
 from robustnlu.model.encoders import build_encoder, load_tokenizer
 from robustnlu.module import SLUModule
 from robustnlu.noise.augment import augment_corpus
+from robustnlu.precision import resolve_precision
 from robustnlu.predict import Predictor
 from robustnlu.resume import ResumePoint, resume_point, wandb_run_id
 from robustnlu.seqdrift.pipeline import make_drift_split
@@ -64,7 +65,8 @@ def build_trainer(cfg: DictConfig, wandb_id: str | None = None) -> pl.Trainer:
     callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]
     loggers = [instantiate(c, **({"id": wandb_id, "resume": "allow"} if wandb_id and "Wandb" in c._target_ else {}))
                for c in (cfg.logger or {}).values() if c is not None]
-    return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
+    return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers,
+                       precision=resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator))
 
 
 def best_checkpoint_callback(trainer: pl.Trainer) -> ModelCheckpoint | None:
@@ -174,7 +176,9 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
     if adapting:  # the source model's scores, for the forgetting
         before = score_sources(module, datamodule.tokenizer, efficiency.source_test, cfg.data.eval_batch_size)
     trainer = build_trainer(cfg, wandb_run_id(out_dir) if resume.checkpoint else None)
+    fit_started = time.time()
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume.checkpoint)
+    fit_time = time.time() - fit_started
     best_callback = best_checkpoint_callback(trainer)
     best = best_callback.best_model_path if best_callback else ""
     ckpt = best or None  # without a checkpoint callback: evaluate the final weights
@@ -194,8 +198,10 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         "efficiency": efficiency.info if efficiency else None,
         "best_checkpoint": str(Path(best).relative_to(out_dir)) if best else None,
         "epochs_trained": trainer.current_epoch,
+        "precision": trainer.precision,  # as trained: trainer.precision=auto resolved (robustnlu/precision.py)
         "resumed_from": resume.record(),
         "wall_time_s": round(time.time() - started, 1),  # of this session (since the resume)
+        "fit_time_s": round(fit_time, 1),  # trainer.fit (training + per-epoch validation) of this session
         "versions": versions(),
         "config": config,
     }

@@ -29,6 +29,7 @@ FAST = [
     "trainer.max_epochs=6",
     "optimizer.lr=5e-3",
     "data.batch_size=16",
+    "trainer.precision=32-true",  # the same numbers on every machine (auto: bf16 where supported; tests/test_precision.py)
 ]
 
 
