@@ -99,6 +99,14 @@ def resume_point(out_dir: Path, resume: bool) -> ResumePoint:
     return ResumePoint(checkpoint=last, global_step=int(meta["global_step"]), epoch=int(meta["epoch"]))
 
 
+def discard_last_checkpoint(out_dir: Path) -> None:
+    """A finished run's ``last.ckpt`` (called once status.json says ``finished``): ``resume=true``
+    returns the stored result of a finished run and never reads it; the weights-only best
+    checkpoint is what validate, test, predict and evaluate load (``keep_last_checkpoint=true``
+    keeps it)."""
+    (out_dir / LAST).unlink(missing_ok=True)
+
+
 def wandb_run_id(out_dir: Path) -> str | None:
     """The id of the W&B run last logged in ``out_dir`` (``wandb/[offline-]run-<time>-<id>``),
     so that a resumed run logs into the same W&B run."""

@@ -9,8 +9,9 @@ The run directory (Hydra's runtime output dir) holds:
 - with ``suite=[...]``: ``robustness.json`` / ``robustness.md``, the best checkpoint scored on
   noisy control / treatment pairs (`robustnlu.evaluate`), also under ``robustness`` in results.json;
 - ``status.json``: running / finished / failed (`write_status`);
-- ``config.yaml`` (resolved) and Hydra's ``.hydra/``; ``checkpoints/`` (best, and last for
-  ``resume=true``: `robustnlu.resume`);
+- ``config.yaml`` (resolved) and Hydra's ``.hydra/``; ``checkpoints/``: the best (weights only),
+  and while the run is unfinished the last for ``resume=true`` (`robustnlu.resume`; a finished run
+  keeps it with ``keep_last_checkpoint=true``);
   ``csv/metrics.csv``; ``wandb/`` when ``logger=wandb``.
 """
 
@@ -47,7 +48,7 @@ from robustnlu.module import SLUModule
 from robustnlu.noise.augment import augment_corpus
 from robustnlu.precision import resolve_precision
 from robustnlu.predict import Predictor
-from robustnlu.resume import ResumePoint, resume_point, wandb_run_id
+from robustnlu.resume import ResumePoint, discard_last_checkpoint, resume_point, wandb_run_id
 from robustnlu.seqdrift.pipeline import make_drift_split
 from robustnlu.seqdrift.split import DriftSplit
 
@@ -160,6 +161,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         write_status(out_dir, state, error=f"{type(err).__name__}: {err}")
         raise
     write_status(out_dir, "finished", wall_time_s=results["wall_time_s"], resumed_from=resume.record())
+    if rank_zero_only.rank == 0 and not cfg.get("keep_last_checkpoint", False):
+        discard_last_checkpoint(out_dir)
     return results
 
 
