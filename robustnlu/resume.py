@@ -28,6 +28,7 @@ import torch
 from pytorch_lightning.callbacks import Checkpoint
 
 LAST = Path("checkpoints") / "last.ckpt"
+WANDB_RECORD = "wandb.json"
 
 
 class LastCheckpoint(Checkpoint):
@@ -107,8 +108,22 @@ def discard_last_checkpoint(out_dir: Path) -> None:
     (out_dir / LAST).unlink(missing_ok=True)
 
 
+def record_wandb_run(out_dir: Path, trainer) -> None:
+    """``<run dir>/wandb.json``: the id, name and folder of the W&B run this run logs into (its
+    files may live outside the run directory: a sweep's runs share ``<sweep dir>/wandb/``).
+    Written by the rank-0 process when the run starts, with ``logger=wandb`` only."""
+    from pytorch_lightning.loggers import WandbLogger
+
+    from robustnlu.io import atomic_write_json
+
+    for lg in trainer.loggers:
+        if isinstance(lg, WandbLogger) and trainer.is_global_zero:
+            run = lg.experiment
+            atomic_write_json(out_dir / WANDB_RECORD, {"id": run.id, "name": run.name, "dir": str(Path(run.dir).parent)})
+
+
 def wandb_run_id(out_dir: Path) -> str | None:
-    """The id of the W&B run last logged in ``out_dir`` (``wandb/[offline-]run-<time>-<id>``),
-    so that a resumed run logs into the same W&B run."""
-    runs = sorted((out_dir / "wandb").glob("*run-*-*"), key=lambda p: p.name.split("run-")[-1])
-    return runs[-1].name.rsplit("-", 1)[-1] if runs else None
+    """The id of the W&B run this run logged into (`record_wandb_run`), so that a resumed run
+    logs into the same W&B run."""
+    record = out_dir / WANDB_RECORD
+    return json.loads(record.read_text())["id"] if record.is_file() else None
