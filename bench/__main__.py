@@ -38,14 +38,23 @@ GOALS.update({
     f"step_time_{name}": ("<=", goal, f"({chr(ord('i') + n)}) step time {name} / erm")
     for n, (name, goal) in enumerate(STEP_TIME_GOALS.items())
 })
+#: (r)-(u): bf16-mixed beside float32, where the device supports bf16 (bench.precision)
+GOALS.update({
+    "bf16_speedup_step": (">=", 1.4, "(r) bf16 / fp32 ex/s, Lightning loop"),
+    "bf16_speedup_run": (">=", 1.4, "(s) bf16 / fp32 ex/s, SNIPS training run"),
+    "bf16_valid_combined_diff": ("<=", 0.3, "(t) |valid COMBINED bf16 - fp32|, pts"),
+    "bf16_test_combined_diff": ("<=", 0.3, "(u) |test COMBINED bf16 - fp32|, pts"),
+})
+#: the parts of the bench, in the order they run (``--skip`` leaves some out)
+PARTS = ("speed", "methods", "memory", "precision", "seqdrift")
 
 #: defaults of a full run and of --quick: warm-up and timed steps per speed run, repeats of each
 #: run, CLI training steps of the memory run; retries of a disturbed run, allowed while the speed
 #: part has run for less than ``retry_budget`` s; the longest wait for a quiet machine before a run
 FULL = {"warmup": 3, "steps": 25, "method_steps": 20, "repeats": 3, "rss_steps": 60, "max_retries": 2,
-        "retry_budget": 240, "max_wait": 30}
+        "retry_budget": 240, "max_wait": 30, "precision_epochs": 1}
 QUICK = {"warmup": 2, "steps": 5, "method_steps": 3, "repeats": 2, "rss_steps": 15, "max_retries": 1,
-         "retry_budget": 60, "max_wait": 10}
+         "retry_budget": 60, "max_wait": 10, "precision_epochs": 1}
 RSS_EVAL_BATCHES = 2
 
 
@@ -64,6 +73,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-retries", type=int, help="times a run disturbed by other processes is repeated")
     p.add_argument("--retry-budget", type=float, help="no more retries once the speed runs took this many s")
     p.add_argument("--max-wait", type=float, help="longest wait (s) for a quiet machine before each run")
+    p.add_argument("--precision-epochs", type=int,
+                   help="epochs of the bf16 and fp32 training runs, (s)-(u) (--quick: of rss-steps batches)")
+    p.add_argument("--skip", default="", help=f"comma-separated parts to leave out: {', '.join(PARTS)}")
     p.add_argument("--encoder", default="embedded", choices=("embedded", "tiny"),
                    help="the goals are defined on 'embedded'; 'tiny' only checks that the bench runs")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the JSON results go")
@@ -71,8 +83,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for key, value in (QUICK if args.quick else FULL).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    if min(args.steps, args.method_steps, args.repeats, args.rss_steps) < 1:
-        p.error("--steps, --method-steps, --repeats and --rss-steps must be >= 1")
+    if min(args.steps, args.method_steps, args.repeats, args.rss_steps, args.precision_epochs) < 1:
+        p.error("--steps, --method-steps, --repeats, --rss-steps and --precision-epochs must be >= 1")
+    args.skip = {part for part in args.skip.split(",") if part}
+    if args.skip - set(PARTS):
+        p.error(f"--skip: unknown part(s) {sorted(args.skip - set(PARTS))}; the parts: {', '.join(PARTS)}")
     if min(args.warmup, args.max_retries, args.retry_budget, args.max_wait) < 0:
         p.error("--warmup, --max-retries, --retry-budget and --max-wait must be >= 0")
     return args
@@ -95,6 +110,7 @@ def measure_speed(args: argparse.Namespace, results: dict[str, Any]) -> None:
     from bench.contention import CONTENTION_CPUS, wait_for_quiet
     from bench.loops import run_lightning, run_plain
     from bench.workload import FIXED_PAD_TO, compose_config, load_workload, token_stats
+    from robustnlu.precision import BF16, FP32, resolve_precision
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     started = time.perf_counter()
@@ -108,32 +124,37 @@ def measure_speed(args: argparse.Namespace, results: dict[str, Any]) -> None:
                                    fixed_pad_to=FIXED_PAD_TO, seed=int(cfg.seed))
         clip = float(cfg.trainer.gradient_clip_val)
 
-        def one_run(loop: str, padding: str):
+        def one_run(loop: str, padding: str, precision: str):
             pl.seed_everything(cfg.seed, verbose=False)
             module = workload.fresh_module()
             try:
                 if loop == "plain":
                     return run_plain(module, batches[padding], args.warmup, clip, device, padding)
-                return run_lightning(cfg, module, batches[padding], args.warmup, device, padding)
+                return run_lightning(cfg, module, batches[padding], args.warmup, device, padding, precision)
             finally:
                 del module
                 gc.collect()
 
-        order = [("plain", "dynamic"), ("lightning", "dynamic"), ("plain", "fixed")]
+        # (a) and (b) in float32 (the plain loop's precision); (r) Lightning in bf16-mixed beside
+        # Lightning in float32, where the device supports bf16 (trainer.precision=auto picks it)
+        bf16 = resolve_precision("auto", device.type) == BF16
+        results["settings"]["auto_precision"] = resolve_precision("auto", device.type)
+        order = [("plain", "dynamic", FP32), ("lightning", "dynamic", FP32), ("plain", "fixed", FP32)]
+        order += [("lightning", "dynamic", BF16)] if bf16 else []
         runs = results["runs"] = []
         waited = 0.0
         for repeat in range(args.repeats):
-            for slot, (loop, padding) in enumerate(order, start=1 + repeat * len(order)):
+            for slot, (loop, padding, precision) in enumerate(order, start=1 + repeat * len(order)):
                 for attempt in range(1 + args.max_retries):
                     if device.type == "cpu":
                         waited += wait_for_quiet(args.max_wait)
-                    timing = one_run(loop, padding)
+                    timing = one_run(loop, padding, precision)
                     disturbed = timing.others_busy is not None and timing.others_busy > CONTENTION_CPUS
                     retry = (disturbed and attempt < args.max_retries
                              and time.perf_counter() - started < args.retry_budget)
                     runs.append({"repeat": repeat, "attempt": attempt, "used": not retry, **timing.to_dict(),
                                  "torch_threads": torch.get_num_threads()})
-                    print(f"  [{slot}/{len(order) * args.repeats}] {loop:9s} {padding:7s} "
+                    print(f"  [{slot}/{len(order) * args.repeats}] {loop:9s} {padding:7s} {precision:10s} "
                           f"{timing.examples_per_s:7.1f} ex/s  ({timing.timed_steps} steps in {timing.seconds:.2f} s;"
                           f" CPUs busy: ours {timing.cpu_busy:.2f}, others {_fmt(timing.others_busy)})"
                           + ("  disturbed: run again" if retry else ""), flush=True)
@@ -147,11 +168,15 @@ def measure_speed(args: argparse.Namespace, results: dict[str, Any]) -> None:
         raise RuntimeError(f"the loops did not train alike (optimizer groups / schedule / clipping): {setups}")
     used = [r for r in runs if r["used"]]
 
-    def median(loop: str, padding: str) -> float:
-        return statistics.median(r["examples_per_s"] for r in used if r["loop"] == loop and r["padding"] == padding)
+    def median(loop: str, padding: str, precision: str = FP32) -> float:
+        return statistics.median(r["examples_per_s"] for r in used
+                                 if (r["loop"], r["padding"], r["precision"]) == (loop, padding, precision))
 
     medians = {"plain_dynamic": median("plain", "dynamic"), "lightning_dynamic": median("lightning", "dynamic"),
                "plain_fixed": median("plain", "fixed")}
+    if bf16:
+        medians["lightning_dynamic_bf16"] = median("lightning", "dynamic", BF16)
+        results["ratios"]["bf16_speedup_step"] = medians["lightning_dynamic_bf16"] / medians["lightning_dynamic"]
     results["examples_per_s_median"] = medians
     others = [r["others_busy"] for r in used if r["others_busy"] is not None]
     results["contention"] = {
@@ -178,6 +203,17 @@ def measure_methods(args: argparse.Namespace, results: dict[str, Any]) -> None:
 
     with tempfile.TemporaryDirectory(prefix="robustnlu-bench-") as tmp:
         measure(args, results, Path(tmp))
+
+
+def measure_precision(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """Numbers (s)-(u): a SNIPS training run in bf16-mixed beside one in float32 (bench.precision)."""
+    from bench.precision import compare_precisions
+    from robustnlu.precision import BF16, resolve_precision
+
+    if resolve_precision("auto") != BF16:
+        print("  no bf16 on this device: trainer.precision=auto trains in float32; (s)-(u) not measured", flush=True)
+        return
+    compare_precisions(args, results)
 
 
 def measure_memory(args: argparse.Namespace, results: dict[str, Any]) -> None:
@@ -211,7 +247,9 @@ def format_table(results: dict[str, Any]) -> str:
         t = results["tokens"]
         lines += [
             f"  medians: plain {m['plain_dynamic']:.1f} ex/s, Lightning {m['lightning_dynamic']:.1f} ex/s, "
-            f"plain fixed-{s['fixed_pad_to']} {m['plain_fixed']:.1f} ex/s",
+            f"plain fixed-{s['fixed_pad_to']} {m['plain_fixed']:.1f} ex/s"
+            + (f", Lightning bf16-mixed {m['lightning_dynamic_bf16']:.1f} ex/s" if "lightning_dynamic_bf16" in m else "")
+            + f" (trainer.precision=auto here: {s['auto_precision']})",
             f"  tokens per batch (padded): dynamic {t['dynamic']['padded_tokens_per_batch']:.0f}, "
             f"fixed {t['fixed']['padded_tokens_per_batch']:.0f}; real (non-pad) "
             f"{t['dynamic']['real_tokens_per_batch']:.0f}; longest sequence {t['dynamic']['max_seq_len']}",
@@ -223,6 +261,10 @@ def format_table(results: dict[str, Any]) -> str:
             lines.append(f"  WARNING: other processes kept up to {c['max_others_busy']:.2f} of {s['cpu_count']} CPUs "
                          "busy during timed runs that count: the speed ratios are unreliable; "
                          "re-run on an idle machine")
+    if runs := results.get("precision_runs"):
+        lines.append("  SNIPS training runs: " + "; ".join(
+            f"{p} {r['examples_per_s']:.1f} ex/s ({r['train_examples']} examples, fit {r['fit_time_s']:.0f} s), "
+            f"COMBINED valid {r['combined']['valid']:.2f} test {r['combined']['test']:.2f}" for p, r in runs.items()))
     if mem := results.get("memory"):
         lines.append(f"  CLI run: {s['rss_steps']} training steps, {RSS_EVAL_BATCHES} val/test batches, "
                      f"{mem['wall_s']:.0f} s, exit {mem['returncode']}")
@@ -249,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"quick": args.quick, "encoder": args.encoder, "steps": args.steps,
                      "method_steps": args.method_steps, "warmup": args.warmup,
                      "repeats": args.repeats, "rss_steps": args.rss_steps, "torch_threads": threads,
+                     "precision_epochs": args.precision_epochs, "skipped": sorted(args.skip),
                      "cpu_count": os.cpu_count(), "load_average_at_start": os.getloadavg()},
         "goals": {name: {"op": op, "threshold": t} for name, (op, t, _) in GOALS.items()},
         "ratios": {},
@@ -256,10 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     status = 0
     try:
-        measure_speed(args, results)
-        measure_methods(args, results)
-        measure_memory(args, results)
-        measure_seqdrift(args.quick, results)
+        parts = {"speed": lambda: measure_speed(args, results), "methods": lambda: measure_methods(args, results),
+                 "memory": lambda: measure_memory(args, results), "precision": lambda: measure_precision(args, results),
+                 "seqdrift": lambda: measure_seqdrift(args.quick, results)}
+        for part in PARTS:
+            if part not in args.skip:
+                parts[part]()
     except Exception as err:  # report what was measured, then fail
         traceback.print_exc()
         results["error"] = f"{type(err).__name__}: {err}"

@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader
 
 from bench.contention import system_busy_seconds
 from robustnlu.module import SLUModule
+from robustnlu.precision import resolve_precision
 
 Batch = dict[str, torch.Tensor]
 
@@ -88,6 +89,7 @@ class RunTiming:
     others_busy: float | None  # CPUs other processes kept busy meanwhile (contention; None: unknown)
     final_loss: float  # loss of the last step: a sanity check that the run trained
     setup: dict[str, Any]  # optimizer groups, schedule length, clipping: must match across loops
+    precision: str = "32-true"  # Lightning's precision of the run (the plain loop: float32)
 
     @property
     def examples_per_s(self) -> float:
@@ -180,9 +182,11 @@ class _LightningProbe(pl.Callback):
             self.final_loss = float(outputs["loss"].detach())
 
 
-def build_bench_trainer(cfg: DictConfig, callbacks: list[pl.Callback], device: torch.device, root: str) -> pl.Trainer:
+def build_bench_trainer(cfg: DictConfig, callbacks: list[pl.Callback], device: torch.device, root: str,
+                        precision: str | None = None) -> pl.Trainer:
     """A Trainer from ``conf/trainer`` (as `robustnlu.train.build_trainer` makes it) for one
-    epoch of pure training: no progress bar, logger, checkpointing or validation."""
+    epoch of pure training: no progress bar, logger, checkpointing or validation; ``precision``:
+    instead of ``trainer.precision`` (``auto`` resolved as in a run)."""
     return instantiate(
         cfg.trainer,
         callbacks=callbacks,
@@ -194,20 +198,23 @@ def build_bench_trainer(cfg: DictConfig, callbacks: list[pl.Callback], device: t
         max_epochs=1,
         accelerator="gpu" if device.type == "cuda" else "cpu",
         devices=1,
+        precision=resolve_precision(precision or cfg.trainer.precision, device.type),
         default_root_dir=root,
     )
 
 
 def run_lightning(
-    cfg: DictConfig, module: SLUModule, batches: Sequence[Batch], warmup: int, device: torch.device, padding: str
+    cfg: DictConfig, module: SLUModule, batches: Sequence[Batch], warmup: int, device: torch.device, padding: str,
+    precision: str | None = None,
 ) -> RunTiming:
-    """One epoch of ``trainer.fit`` over ``DataLoader(batches, batch_size=None)``."""
+    """One epoch of ``trainer.fit`` over ``DataLoader(batches, batch_size=None)``, in ``precision``
+    (default: ``trainer.precision``)."""
     clock, examples = _clock_for(batches, warmup, device)
     probe = _LightningProbe(clock)
     with tempfile.TemporaryDirectory(prefix="robustnlu-bench-pl-") as root:
-        trainer = build_bench_trainer(cfg, [probe], device, root)
+        trainer = build_bench_trainer(cfg, [probe], device, root, precision)
         trainer.fit(module, train_dataloaders=DataLoader(list(batches), batch_size=None, shuffle=False))
     if trainer.global_step != len(batches):
         raise RuntimeError(f"Lightning took {trainer.global_step} optimizer steps for {len(batches)} batches")
     return RunTiming("lightning", padding, clock.last - clock.first, examples, clock.seconds, clock.cpu_busy,
-                     clock.others_busy, probe.final_loss, probe.setup)
+                     clock.others_busy, probe.final_loss, probe.setup, trainer.precision)

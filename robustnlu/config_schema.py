@@ -581,7 +581,7 @@ def augment() -> Node:
                  "mode": choice(*MODES), "fraction": number("(0, 1]")})
 
 
-PRECISIONS = ("64-true", "64", "32-true", "32", "16-mixed", "16", "bf16-mixed", "bf16", "16-true", "bf16-true",
+PRECISIONS = ("auto", "64-true", "64", "32-true", "32", "16-mixed", "16", "bf16-mixed", "bf16", "16-true", "bf16-true",
               "transformer-engine", "transformer-engine-float16", 64, 32, 16)
 
 

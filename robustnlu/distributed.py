@@ -81,11 +81,14 @@ def gather_padded(tensors: list[Tensor], pad_values: list[float]) -> list[Tensor
     return gathered
 
 
-def gather_task_losses(losses: TaskLosses, pad_values: Mapping[str, float]) -> TaskLosses:
+def gather_task_losses(losses: TaskLosses, pad_values: Mapping[str, float] | None) -> TaskLosses:
     """The global batch's `TaskLosses` from every process's part (identity on one process);
-    ``pad_values``: the collator's padding value of each batch tensor (default 0)."""
+    ``pad_values``: the collator's padding value of each batch tensor (default 0), needed with
+    several processes."""
     if world_size() == 1:
         return losses
+    if pad_values is None:
+        raise RuntimeError("gathering the batch over processes needs the collator's pad values: train with a data module")
     keys = [k for k, v in losses.inputs.items() if isinstance(v, Tensor)]
     tensors = [losses.slot, losses.intent, losses.x_enc, *(losses.inputs[k] for k in keys)]
     gathered = gather_padded(tensors, [0.0, 0.0, 0.0, *(pad_values.get(k, 0) for k in keys)])

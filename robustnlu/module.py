@@ -41,6 +41,7 @@ from robustnlu.errors import ConfigError, DataError, NonFiniteLoss
 from robustnlu.metrics import SLUMetrics
 from robustnlu.model.encoders import encoder_from_config
 from robustnlu.model.jointbert import JointBERT, TaskLosses
+from robustnlu.precision import fp32
 from robustnlu.robust.base import ModelSpec
 
 #: ``trainer.on_nonfinite``: what a training batch with a NaN or infinite per-example loss does
@@ -120,6 +121,10 @@ class SLUModule(pl.LightningModule):
         #: the source task's diagonal Fisher, one tensor per encoder parameter (optimizer=conatural;
         #: set by `robustnlu.efficiency.adapt.source_fisher`; resumed runs get it from the optimizer state)
         self.source_fisher: list[torch.Tensor] | None = None
+        #: the collator's pad value of each batch tensor, to gather batches under DDP; set from the
+        #: data module in `setup` (None without one, e.g. `make bench`'s pre-collated batches:
+        #: then training runs on one process, where nothing is gathered)
+        self.pad_values: dict[str, float] | None = None
         self.metrics = SLUMetrics(intents=eval_intents)
         self.prediction_rows: list[dict[str, Any]] = []
         #: stage ("valid" / "test") → {"metrics": ..., "predictions": ...} of the last evaluation
@@ -165,6 +170,7 @@ class SLUModule(pl.LightningModule):
             raise ConfigError("trainer.on_nonfinite: skip drops a batch by returning no loss, which Lightning does "
                               f"not support under DDP; use stop (got skip with {self.trainer.world_size} processes)")
         if stage == "fit" and datamodule is not None:
+            self.pad_values = datamodule.collate.pad_values
             self.objective.setup(datamodule, self.model)
             weights = self.objective.sample_weights()
             if weights is not None:
@@ -201,13 +207,14 @@ class SLUModule(pl.LightningModule):
                 torch.cuda.set_rng_state_all(rng["cuda"])
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
-        output = self.model(batch)
+        output = self.model(batch)  # in the trainer's precision (bf16 autocast with bf16-mixed)
         # under DDP: the losses of the whole global batch, from every process (robustnlu/distributed.py)
-        losses = gather_task_losses(self.model.task_losses(output, batch), self.trainer.datamodule.collate.pad_values)
+        losses = gather_task_losses(self.model.task_losses(output, batch), self.pad_values)
         nonfinite = ~(torch.isfinite(losses.slot) & torch.isfinite(losses.intent))
         if nonfinite.any():  # the same on every process (global batch); one device-to-host copy per step
             return self.drop_nonfinite_batch(losses, nonfinite, batch_idx)
-        loss = self.objective(losses)
+        with fp32(self.device):  # the objective (its own networks, weights, top-k) in float32
+            loss = self.objective(losses)
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=losses.slot.numel(),
                  sync_dist=True)  # the global batch's loss under DDP: the same on every process
         # the per-task means are summed here and logged once an epoch: each self.log call costs
@@ -281,7 +288,8 @@ class SLUModule(pl.LightningModule):
         ]
         groups = batch["groups"].tolist()
         if split == "valid" and self.selection is not None and self.trainer.state.fn == "fit" and not self.trainer.sanity_checking:
-            self._selection_step(output, batch, pred_intents, pred_tags, gold)
+            with fp32(self.device):
+                self._selection_step(output, batch, pred_intents, pred_tags, gold)
         self.metrics.update(pred_intents, [u.intent for u in gold], pred_tags, [list(u.tags) for u in gold], groups)
         for u, pi, pt, g in zip(gold, pred_intents, pred_tags, groups, strict=True):
             self.prediction_rows.append(

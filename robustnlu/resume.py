@@ -30,6 +30,7 @@ from robustnlu.checkpoint import read_checkpoint
 from robustnlu.errors import DataError, ResumeError
 
 LAST = Path("checkpoints") / "last.ckpt"
+WANDB_RECORD = "wandb.json"
 
 
 class LastCheckpoint(Checkpoint):
@@ -104,8 +105,30 @@ def resume_point(out_dir: Path, resume: bool) -> ResumePoint:
     return ResumePoint(checkpoint=last, global_step=int(meta["global_step"]), epoch=int(meta["epoch"]))
 
 
+def discard_last_checkpoint(out_dir: Path) -> None:
+    """A finished run's ``last.ckpt`` (called once status.json says ``finished``): ``resume=true``
+    returns the stored result of a finished run and never reads it; the weights-only best
+    checkpoint is what validate, test, predict and evaluate load (``keep_last_checkpoint=true``
+    keeps it)."""
+    (out_dir / LAST).unlink(missing_ok=True)
+
+
+def record_wandb_run(out_dir: Path, trainer) -> None:
+    """``<run dir>/wandb.json``: the id, name and folder of the W&B run this run logs into (its
+    files may live outside the run directory: a sweep's runs share ``<sweep dir>/wandb/``).
+    Written by the rank-0 process when the run starts, with ``logger=wandb`` only."""
+    from pytorch_lightning.loggers import WandbLogger
+
+    from robustnlu.io import atomic_write_json
+
+    for lg in trainer.loggers:
+        if isinstance(lg, WandbLogger) and trainer.is_global_zero:
+            run = lg.experiment
+            atomic_write_json(out_dir / WANDB_RECORD, {"id": run.id, "name": run.name, "dir": str(Path(run.dir).parent)})
+
+
 def wandb_run_id(out_dir: Path) -> str | None:
-    """The id of the W&B run last logged in ``out_dir`` (``wandb/[offline-]run-<time>-<id>``),
-    so that a resumed run logs into the same W&B run."""
-    runs = sorted((out_dir / "wandb").glob("*run-*-*"), key=lambda p: p.name.split("run-")[-1])
-    return runs[-1].name.rsplit("-", 1)[-1] if runs else None
+    """The id of the W&B run this run logged into (`record_wandb_run`), so that a resumed run
+    logs into the same W&B run."""
+    record = out_dir / WANDB_RECORD
+    return json.loads(record.read_text())["id"] if record.is_file() else None

@@ -10,15 +10,18 @@ The run directory (Hydra's runtime output dir) holds:
 - with ``suite=[...]``: ``robustness.json`` / ``robustness.md``, the best checkpoint scored on
   noisy control / treatment pairs (`robustnlu.evaluate`), also under ``robustness`` in results.json;
 - ``status.json``: running / finished / failed (`write_status`);
-- ``config.yaml`` (resolved) and Hydra's ``.hydra/``; ``checkpoints/`` (best, and last for
-  ``resume=true``: `robustnlu.resume`);
-  ``csv/metrics.csv``; ``wandb/`` when ``logger=wandb``.
+- ``config.yaml`` (resolved) and Hydra's ``.hydra/``; ``checkpoints/``: the best (weights only),
+  and while the run is unfinished the last for ``resume=true`` (`robustnlu.resume`; a finished run
+  keeps it with ``keep_last_checkpoint=true``);
+  ``csv/metrics.csv``; with ``logger=wandb``: ``wandb.json`` (the W&B run's id, name and folder)
+  and ``wandb/`` (a sweep's jobs share ``<sweep dir>/wandb/`` instead: `wandb_save_dir`).
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import sys
 import time
 from importlib.metadata import version
 from pathlib import Path
@@ -47,8 +50,9 @@ from robustnlu.io import atomic_write_json, atomic_write_jsonl, atomic_write_tex
 from robustnlu.model.encoders import build_encoder, load_tokenizer
 from robustnlu.module import SLUModule
 from robustnlu.noise.augment import augment_corpus
+from robustnlu.precision import resolve_precision
 from robustnlu.predict import Predictor
-from robustnlu.resume import ResumePoint, resume_point, wandb_run_id
+from robustnlu.resume import ResumePoint, discard_last_checkpoint, record_wandb_run, resume_point, wandb_run_id
 from robustnlu.seqdrift.pipeline import make_drift_split
 from robustnlu.seqdrift.shipped import SHIPPED_DIR
 from robustnlu.seqdrift.split import DriftSplit
@@ -63,16 +67,35 @@ def versions() -> dict[str, str]:
     return {"python": platform.python_version(), **{p: version(p) for p in PACKAGES}}
 
 
+def wandb_save_dir(out_dir: Path) -> Path:
+    """Where W&B writes (into ``<dir>/wandb/``): a sweep's job into the sweep directory, so that
+    one folder holds every run of the sweep (``wandb leet <sweep dir>/wandb`` lists them side by
+    side, one ``wandb sync`` uploads them); a single run, or a run without Hydra, into its run
+    directory ``out_dir``. The sweep directory is ``out_dir`` less the job's ``hydra.sweep.subdir``."""
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return out_dir
+    return out_dir.parents[len(Path(HydraConfig.get().sweep.subdir).parts) - 1]
+
+
+def wandb_options(logger_cfg: DictConfig, out_dir: Path, wandb_id: str | None) -> dict[str, Any]:
+    """The W&B logger's arguments that the run decides: its folder (``save_dir: null``:
+    `wandb_save_dir`) and, for a resumed run, the W&B run to continue."""
+    options = {} if logger_cfg.get("save_dir") else {"save_dir": str(wandb_save_dir(out_dir))}
+    return {**options, **({"id": wandb_id, "resume": "allow"} if wandb_id else {})}
+
+
 def build_trainer(cfg: DictConfig, wandb_id: str | None = None) -> pl.Trainer:
     """The trainer with the configured callbacks and loggers; ``wandb_id``: log into that
     W&B run (a resumed run continues its W&B run)."""
     callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]
     if any("Wandb" in c._target_ for c in (cfg.logger or {}).values() if c is not None):
         require("wandb", "wandb", "logger=wandb")
-    loggers = [instantiate(c, **({"id": wandb_id, "resume": "allow"} if wandb_id and "Wandb" in c._target_ else {}))
+    out_dir = Path(cfg.paths.output_dir)
+    loggers = [instantiate(c, **(wandb_options(c, out_dir, wandb_id) if "Wandb" in c._target_ else {}))
                for c in (cfg.logger or {}).values() if c is not None]
     lightning_args = {k: v for k, v in cfg.trainer.items() if k not in OWN_TRAINER_KEYS}
-    return instantiate(lightning_args, callbacks=callbacks, logger=loggers)
+    return instantiate(lightning_args, callbacks=callbacks, logger=loggers,
+                       precision=resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator))
 
 
 def best_checkpoint_callback(trainer: pl.Trainer) -> ModelCheckpoint | None:
@@ -135,6 +158,14 @@ def log_summary(trainer: pl.Trainer, results: dict[str, Any]) -> None:
             lg.experiment.summary.update(summary)
 
 
+def end_wandb_run() -> None:
+    """Finish this run's W&B run (with ``logger=wandb``): the jobs of a sweep run one after
+    another in one process, and Lightning's logger would log the next job into a W&B run
+    still open."""
+    if "wandb" in sys.modules and sys.modules["wandb"].run is not None:
+        sys.modules["wandb"].finish()
+
+
 def write_status(out_dir: Path, state: str, **extra: Any) -> None:
     """``status.json``: ``running`` once the input is valid, then ``finished``, ``failed`` (with
     the error) or ``interrupted`` (a signal ended it, e.g. a Slurm requeue: ``resume=true``
@@ -165,7 +196,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         state = "interrupted" if isinstance(err, (SystemExit, KeyboardInterrupt)) else "failed"
         write_status(out_dir, state, error=f"{type(err).__name__}: {err}")
         raise
+    finally:
+        end_wandb_run()
     write_status(out_dir, "finished", wall_time_s=results["wall_time_s"], resumed_from=resume.record())
+    if rank_zero_only.rank == 0 and not cfg.get("keep_last_checkpoint", False):
+        discard_last_checkpoint(out_dir)
     return results
 
 
@@ -182,7 +217,10 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
     if adapting:  # the source model's scores, for the forgetting
         before = score_sources(module, datamodule.tokenizer, efficiency.source_test, cfg.data.eval_batch_size)
     trainer = build_trainer(cfg, wandb_run_id(out_dir) if resume.checkpoint else None)
+    record_wandb_run(out_dir, trainer)
+    fit_started = time.time()
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume.checkpoint)
+    fit_time = time.time() - fit_started
     best_callback = best_checkpoint_callback(trainer)
     best = best_callback.best_model_path if best_callback else ""
     ckpt = best or None  # without a checkpoint callback: evaluate the final weights
@@ -204,8 +242,10 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         "best_checkpoint": str(Path(best).relative_to(out_dir)) if best else None,
         "epochs_trained": trainer.current_epoch,
         "nonfinite_skips": module.nonfinite_skips,  # training batches dropped (trainer.on_nonfinite=skip)
+        "precision": trainer.precision,  # as trained: trainer.precision=auto resolved (robustnlu/precision.py)
         "resumed_from": resume.record(),
         "wall_time_s": round(time.time() - started, 1),  # of this session (since the resume)
+        "fit_time_s": round(fit_time, 1),  # trainer.fit (training + per-epoch validation) of this session
         "versions": versions(),
         "config": config,
     }

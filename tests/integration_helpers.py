@@ -16,6 +16,10 @@ from omegaconf import open_dict
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
+METHODS = sorted(p.stem for p in (CONF / "method").glob("*.yaml"))
+#: ``method.name`` (run directories, results.json, study names) where it is not the config's file
+#: name: topk_ae names its variant, Bin by default (conf/method/topk_ae.yaml)
+METHOD_NAMES = {"topk_ae": "topk_ae_bin"}
 
 #: overrides that make a run small and quiet: tiny encoder, no progress bar
 FAST = [
@@ -25,6 +29,7 @@ FAST = [
     "trainer.max_epochs=6",
     "optimizer.lr=5e-3",
     "data.batch_size=16",
+    "trainer.precision=32-true",  # the same numbers on every machine (auto: bf16 where supported; tests/test_precision.py)
 ]
 
 

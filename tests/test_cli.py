@@ -146,3 +146,26 @@ def test_wandb_run_is_grouped_by_scenario_with_final_metrics_in_its_summary(samp
     results = json.loads((run_dir / "results.json").read_text())
     assert summary["final"]["test"]["slot_f1"] == pytest.approx(results["metrics"]["test"]["slot_f1"])
     assert summary["sizes"] == results["sizes"] and summary["drift"]["kind"] == "none"
+
+
+def test_a_sweeps_runs_share_one_wandb_folder(sample, tmp_path):
+    """`-m ... logger=wandb`: every job's W&B run (real offline files) lands in <sweep dir>/wandb/,
+    where `wandb leet` and `wandb sync` find them together, named by scenario, method and seed;
+    each job dir records its run in wandb.json and holds no W&B folder of its own."""
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["-m", *FAST, "trainer.max_epochs=1", *jsonl_overrides(sample), "logger=wandb", "seed=1,2",
+                    f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    folders = sorted((sweep / "wandb").glob("offline-run-*"))
+    assert len(folders) == 2 and all(len(list(f.glob("*.wandb"))) == 1 for f in folders)
+    names = set()
+    for folder in folders:
+        (run,) = [r["run"] for r in read_wandb_records(next(folder.glob("*.wandb"))) if "run" in r]
+        names.add(run["display_name"])
+        assert folder.name.endswith(run["run_id"])
+    assert names == {"jsonl-none-False-iid-erm-seed1", "jsonl-none-False-iid-erm-seed2"}
+    job_dirs = sorted(p.parent for p in sweep.glob("*/results.json"))
+    assert len(job_dirs) == 2
+    recorded = {json.loads((d / "wandb.json").read_text())["dir"] for d in job_dirs}
+    assert {Path(r).resolve() for r in recorded} == {f.resolve() for f in folders}
+    assert not any((d / "wandb").exists() for d in job_dirs)

@@ -100,7 +100,7 @@ def test_two_processes_train_as_one_device_with_the_global_batch(sample, tmp_pat
     """Group DRO on a SeqDrift split (group-balanced sampling, group weights q as running
     state), dropout off: 2 processes × 8 utterances = 1 process × 16, up to float rounding."""
     common = [*FAST, *jsonl_overrides(sample), *SMALL_DRIFT, "method=group_dro", "trainer.max_epochs=2",
-              "encoder.dropout=0", "model.dropout=0", f"paths.cache_dir={tmp_path / 'cache'}"]
+              "encoder.dropout=0", "model.dropout=0", f"paths.cache_dir={tmp_path / 'cache'}", "keep_last_checkpoint=true"]
     ddp = run_cli([*common, "trainer=ddp", "data.batch_size=8", f"hydra.run.dir={tmp_path / 'ddp'}"], cwd=tmp_path)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     one = run_cli([*common, "data.batch_size=16", f"hydra.run.dir={tmp_path / 'one'}"], cwd=tmp_path)

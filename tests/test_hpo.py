@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
-from integration_helpers import CONF, FAST, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from integration_helpers import CONF, FAST, METHOD_NAMES, METHODS, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu import hpo
 from robustnlu.errors import ConfigError
 
@@ -37,12 +37,12 @@ def test_every_method_has_a_search_config():
 def test_search_config_composes_with_its_method_and_its_params_parse(method):
     for overrides in ([f"hparams_search={method}"], [f"hparams_search={method}", f"method={method}"]):
         cfg = compose_search(["+experiment=snips_slot_value", "drift.partial=true", *overrides])
-        assert cfg.method.name == method
+        assert cfg.hydra.runtime.choices.method == method
         sweeper = cfg.hydra.sweeper
         assert sweeper._target_ == "hydra_plugins.robustnlu_plugins.optuna_sweeper.OptunaSweeper"
         assert sweeper.direction == "maximize"
         assert sweeper.sampler._target_ == "optuna.samplers.TPESampler" and sweeper.sampler.seed is not None
-        assert sweeper.study_name == f"snips-slot_value-partial_True-iid-{method}"
+        assert sweeper.study_name == f"snips-slot_value-partial_True-iid-{METHOD_NAMES.get(method, method)}"
         assert sweeper.storage == "sqlite:///outputs/hpo/optuna.db"
         assert sweeper.n_trials == 8 and sweeper.n_jobs == 1 and sweeper.max_failure_rate > 0
         space, fixed = search_space([f"{k}={v}" for k, v in sweeper.params.items()])
@@ -61,7 +61,7 @@ def test_method_specific_search_spaces_are_table_9():
     assert space("erm") == LAMBDA_GAMMA
     assert space("topk")["method.k"] == IntDistribution(1, 16, log=True)
     assert space("topk_group")["method.k"] == IntDistribution(2, 16, log=True)
-    for m in ("topk_ae_prob", "topk_ae_bin"):
+    for m in ("topk_ae", "topk_ae_prob", "topk_ae_bin"):
         s = space(m)
         assert s["method.k"] == IntDistribution(2, 16, log=True)
         assert s["method.ae_lr"] == FloatDistribution(1e-4, 1e-3, log=True)

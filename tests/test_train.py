@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -45,7 +46,12 @@ def test_run_directory_holds_results_predictions_config_and_checkpoints(trained,
     epoch_rows = [r for r in rows if r.get("train/slot_loss")]
     assert len(epoch_rows) == 6  # one per epoch (FAST trains 6)
     assert all(float(r["train/slot_loss"]) > 0 and float(r["train/intent_loss"]) > 0 for r in epoch_rows)
-    assert (out / on_disk["best_checkpoint"]).is_file() and (out / "checkpoints" / "last.ckpt").is_file()
+    # a finished run keeps its best checkpoint, weights only; last.ckpt (for resume=true) is gone
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [Path(on_disk["best_checkpoint"]).name]
+    best = torch.load(out / on_disk["best_checkpoint"], weights_only=True, map_location="cpu")
+    assert "optimizer_states" not in best and "lr_schedulers" not in best
+    assert {k.split(".")[1] for k in best["state_dict"] if k.startswith("model.")} == {
+        "encoder", "intent_classifier", "slot_classifier"}
     for split in ("valid", "test"):
         rows = read_jsonl(out / "predictions" / f"{split}.jsonl")
         gold = read_jsonl(sample[split])
@@ -75,7 +81,8 @@ def test_training_learned_something(trained):
 
 def test_checkpoints_load_without_pickled_code_and_hold_plain_hparams(trained):
     out, _ = trained
-    ckpt = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
+    best = json.loads((out / "results.json").read_text())["best_checkpoint"]
+    ckpt = torch.load(out / best, weights_only=True, map_location="cpu")
     hp = ckpt["hyper_parameters"]
     assert hp["vocab"]["intents"] and hp["encoder_spec"]["kind"] == "tiny"
     assert "encoder" not in hp  # the module itself is never pickled into hparams
@@ -92,7 +99,7 @@ def test_fit_resumes_from_last_checkpoint(sample, tmp_path):
     """A run stopped after 1 epoch, resumed with fit(ckpt_path=last), continues to epoch 2."""
     from robustnlu.train import build_trainer
 
-    cfg = compose_config([*FAST, *jsonl_overrides(sample), "trainer.max_epochs=1"], tmp_path)
+    cfg = compose_config([*FAST, *jsonl_overrides(sample), "trainer.max_epochs=1", "keep_last_checkpoint=true"], tmp_path)
     run(cfg)
     ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["epoch"] == 0
@@ -113,8 +120,8 @@ def test_fit_resumes_from_last_checkpoint(sample, tmp_path):
 
 
 def test_predict_cli_on_a_trained_checkpoint(trained, tmp_path):
-    out, _ = trained
-    ckpt = str(out / "checkpoints" / "last.ckpt")
+    out, results = trained
+    ckpt = str(out / results["best_checkpoint"])  # weights only
     one = run_cli(["--ckpt", ckpt, "play the latest album by adele"], cwd=tmp_path, module="robustnlu.predict")
     assert one.returncode == 0, one.stderr
     assert one.stdout.startswith("intent: ")

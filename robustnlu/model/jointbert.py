@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from robustnlu.model.crf import LinearChainCRF
+from robustnlu.precision import fp32
 
 IGNORE_INDEX = -100
 
@@ -91,28 +92,34 @@ class JointBERT(nn.Module):
         """Per-example losses. Slot loss: the mean over the utterance's labelled words of the
         token cross-entropy (softmax), or the CRF's sequence negative log-likelihood divided by
         the number of words (so both heads give per-word scales). Labels ``-100`` (padding,
-        truncated words, tags unseen in training) are ignored by the softmax loss."""
+        truncated words, tags unseen in training) are ignored by the softmax loss. Computed in
+        float32 from float32 logits whatever the training precision (`robustnlu.precision`)."""
+        with fp32(output.slot_logits.device):
+            return self._task_losses(output.slot_logits.float(), output.intent_logits.float(), output.x_enc.float(), batch)
+
+    def _task_losses(self, slot_logits: Tensor, intent_logits: Tensor, x_enc: Tensor,
+                     batch: Mapping[str, Tensor]) -> TaskLosses:
         slot_labels = batch["slot_labels"]
         if self.crf is None:
-            per_word = F.cross_entropy(
-                output.slot_logits.transpose(1, 2), slot_labels, ignore_index=IGNORE_INDEX, reduction="none"
-            )
+            per_word = F.cross_entropy(slot_logits.transpose(1, 2), slot_labels, ignore_index=IGNORE_INDEX, reduction="none")
             n_words = (slot_labels != IGNORE_INDEX).sum(1)
         else:
             mask = batch["word_mask"]
-            per_word = self.crf.neg_log_likelihood(output.slot_logits, slot_labels, mask)
+            per_word = self.crf.neg_log_likelihood(slot_logits, slot_labels, mask)
             n_words = mask.sum(1)
         slot = per_word.sum(1) if per_word.dim() == 2 else per_word
         slot = slot / n_words.clamp_min(1).to(slot.dtype)
-        intent = F.cross_entropy(output.intent_logits, batch["intent_labels"], ignore_index=IGNORE_INDEX, reduction="none")
-        return TaskLosses(slot=slot, intent=intent, x_enc=output.x_enc, inputs=batch)
+        intent = F.cross_entropy(intent_logits, batch["intent_labels"], ignore_index=IGNORE_INDEX, reduction="none")
+        return TaskLosses(slot=slot, intent=intent, x_enc=x_enc, inputs=batch)
 
     @torch.no_grad()
     def decode(self, output: JointBERTOutput, word_mask: Tensor) -> tuple[list[int], list[list[int]]]:
         """Predicted intent ids and, per utterance, one tag id per word under ``word_mask``."""
-        intents = output.intent_logits.argmax(-1).tolist()
+        intents = output.intent_logits.float().argmax(-1).tolist()
+        slot_logits = output.slot_logits.float()  # the CRF's Viterbi in float32 (`robustnlu.precision`)
         if self.crf is not None:
-            return intents, self.crf.decode(output.slot_logits, word_mask)
-        best = output.slot_logits.argmax(-1)
+            with fp32(slot_logits.device):
+                return intents, self.crf.decode(slot_logits, word_mask)
+        best = slot_logits.argmax(-1)
         lengths = word_mask.sum(1).tolist()
         return intents, [row[:n] for row, n in zip(best.tolist(), lengths, strict=True)]

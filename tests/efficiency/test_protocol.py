@@ -113,7 +113,8 @@ def test_the_protocol_writes_points_fit_queries_and_plot(topv2_cut, tmp_path):
 
 def test_adapting_a_source_model_records_the_source_forgetting(topv2_cut, tmp_path):
     _, sweep = run_protocol(topv2_cut, tmp_path, "--mode", "adapt", "--percents", "25", "--seeds", "0",
-                            "optimizer=conatural", "optimizer.fisher_samples=50", "optimizer.lr=0.05")
+                            "optimizer=conatural", "optimizer.fisher_samples=50", "optimizer.lr=0.05",
+                            "keep_last_checkpoint=true")  # the optimizer state (the Fisher) is in last.ckpt
     (source,) = [json.loads(p.read_text()) for p in (sweep / "source").glob("*/results.json")]
     (adapted,) = [json.loads(p.read_text()) for p in (sweep / "adapt").glob("*/*/results.json")]
     assert source["efficiency"]["percent"] == 0 and adapted["efficiency"]["mode"] == "adapt"
@@ -129,7 +130,8 @@ def test_adapting_a_source_model_records_the_source_forgetting(topv2_cut, tmp_pa
     assert adapted_ckpt["hyper_parameters"]["optimizer"]["name"] == "conatural"
     # the preconditioner is the rolling Fisher after the source task: 0.9 F_S + 0.1 (α/0.9),
     # with F_S normalised to sum to the encoder's parameter count (α = damping = 10)
-    fisher = [v["fisher"] for v in adapted_ckpt["optimizer_states"][0]["state"].values() if "fisher" in v]
+    adapted_last = torch.load(adapted_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    fisher = [v["fisher"] for v in adapted_last["optimizer_states"][0]["state"].values() if "fisher" in v]
     n = sum(f.numel() for f in fisher)
     assert n == sum(v.numel() for k, v in adapted_ckpt["state_dict"].items() if k.startswith("model.encoder."))
     assert sum(float(f.double().sum()) for f in fisher) == pytest.approx(n * (0.9 + 0.1 * 10 / 0.9), rel=1e-4)

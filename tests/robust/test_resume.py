@@ -8,9 +8,8 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from integration_helpers import FAST, SMALL_DRIFT, compose_config, jsonl_overrides, write_snips_sample_jsonl
+from integration_helpers import FAST, METHODS, SMALL_DRIFT, compose_config, jsonl_overrides, write_snips_sample_jsonl
 from robustnlu.train import build_trainer, prepare
-from tests.robust.test_methods_end_to_end import METHODS
 
 #: 600 training utterances (minus the drift's test and valid share) in batches of 128 (581 = 4 × 128 + 69)
 STEPS_PER_EPOCH = 5

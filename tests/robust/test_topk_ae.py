@@ -249,9 +249,14 @@ def test_state_round_trip_continues_identically():
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize(("method", "assignment"), [("topk_ae_prob", "prob"), ("topk_ae_bin", "bin")])
-def test_configs_build_the_objective(method, assignment, tmp_path):
-    cfg = compose_config([f"method={method}", "adversary.latent_groups=128"], tmp_path)
+@pytest.mark.parametrize(("overrides", "name"), [
+    (["method=topk_ae_prob"], "topk_ae_prob"),
+    (["method=topk_ae_bin"], "topk_ae_bin"),
+    (["method=topk_ae"], "topk_ae_bin"),  # the default variant: Bin (conf/method/topk_ae.yaml)
+    (["method=topk_ae", "method.assignment=prob"], "topk_ae_prob"),
+])
+def test_configs_build_the_objective(overrides, name, tmp_path):
+    cfg = compose_config([*overrides, "adversary.latent_groups=128"], tmp_path)
     objective = instantiate(cfg.method, intent_loss_scale=2.0, spec=spec(24))
-    assert isinstance(objective, TopKAE) and objective.name == method and objective.assignment == assignment
+    assert isinstance(objective, TopKAE) and objective.name == name and objective.assignment == name.rsplit("_", 1)[1]
     assert objective.autoencoder.encoder.shape == (24, 128) and objective.intent_loss_scale == 2.0

@@ -138,7 +138,8 @@ def test_rpdro_run_tests_the_last_greedy_minmax_incumbent(tmp_path):
     # the incumbent would never change; its losses do
     sample = write_snips_sample_jsonl(tmp_path / "snips", n_train=600, n_eval=60)
     overrides = [*FAST, *jsonl_overrides(sample), *SMALL_DRIFT, "method=rpdro", "selection=greedy_minmax",
-                 "selection.criterion.score=loss", "trainer.max_epochs=4", f"paths.cache_dir={tmp_path / 'cache'}"]
+                 "selection.criterion.score=loss", "trainer.max_epochs=4", f"paths.cache_dir={tmp_path / 'cache'}",
+                 "keep_last_checkpoint=true"]
     results = run(compose_config(overrides, tmp_path / "run"))
     with open(tmp_path / "run" / "csv" / "metrics.csv") as f:
         rows = [r for r in csv.DictReader(f) if r.get("valid/minmax_incumbent")]

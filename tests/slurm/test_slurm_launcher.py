@@ -220,7 +220,7 @@ def test_a_ddp_job_runs_as_one_slurm_task_per_device(slurm, tmp_path):
     alone writes the record, both tasks end cleanly and the driver returns. ~30 s."""
     sample = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=30)
     common = [*FAST, *jsonl_overrides(sample), "encoder.dropout=0", "model.dropout=0", "trainer.max_epochs=3",
-              "seed=1"]
+              "seed=1", "keep_last_checkpoint=true"]
     sweep_dir = tmp_path / "multirun"
     started = time.time()
     proc = run_cli(["-m", *common, "trainer=ddp", "data.batch_size=8", "hydra/launcher=slurm",

@@ -1,0 +1,81 @@
+"""``trainer.precision: auto`` (robustnlu/precision.py): bf16-mixed where the device supports
+bf16, float32 elsewhere; under bf16 autocast the encoder computes in bf16 while the task losses,
+the encoding the objective sees and the objective's loss stay float32."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from integration_helpers import FAST, compose_config, jsonl_overrides, write_snips_sample_jsonl
+from robustnlu.precision import BF16, FP32, resolve_precision
+from robustnlu.train import build_trainer, prepare
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as the kernel lists them (independent of torch's probes)."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def test_auto_is_bf16_exactly_where_the_cpu_multiplies_bf16():
+    expected = BF16 if cpu_flags() & {"avx512_bf16", "amx_bf16"} else FP32
+    assert resolve_precision("auto", "cpu") == expected
+    if not torch.cuda.is_available():
+        assert resolve_precision("auto", "auto") == expected
+
+
+def test_explicit_values_pass_through_and_other_accelerators_get_fp32():
+    for value in ("32-true", "bf16-mixed", "16-mixed", 32):
+        assert resolve_precision(value, "cpu") == value
+    assert resolve_precision("auto", "mps") == FP32
+
+
+def test_build_trainer_resolves_auto(tmp_path):
+    cfg = compose_config(["encoder=tiny", "trainer.accelerator=cpu"], tmp_path)
+    assert cfg.trainer.precision == "auto"
+    assert build_trainer(cfg).precision == resolve_precision("auto", "cpu")
+
+
+class DtypeProbe(pl.Callback):
+    """Records the dtypes of an encoder matrix product, the objective's inputs and its loss."""
+
+    def __init__(self):
+        self.seen: dict[str, set[torch.dtype]] = {"linear": set(), "slot": set(), "intent": set(), "x_enc": set(),
+                                                   "loss": set()}
+
+    def on_fit_start(self, trainer, pl_module):
+        first_linear = next(m for m in pl_module.model.encoder.modules() if isinstance(m, torch.nn.Linear))
+        first_linear.register_forward_hook(lambda m, args, out: self.seen["linear"].add(out.dtype))
+
+        def objective_hook(m, args, out):
+            (step,) = args
+            for key in ("slot", "intent", "x_enc"):
+                self.seen[key].add(getattr(step, key).dtype)
+            self.seen["loss"].add(out.dtype)
+
+        pl_module.objective.register_forward_hook(objective_hook)
+
+
+@pytest.mark.parametrize("crf", [False, True])
+def test_bf16_mixed_keeps_losses_and_objective_in_fp32(crf, tmp_path):
+    sample = write_snips_sample_jsonl(tmp_path / "data", n_train=64, n_eval=16)
+    cfg = compose_config([*FAST, *jsonl_overrides(sample), "trainer.precision=bf16-mixed", "method=topk",
+                          "trainer.max_epochs=1", f"model.crf={str(crf).lower()}", "trainer.accelerator=cpu",
+                          f"paths.cache_dir={tmp_path / 'cache'}"], tmp_path / "run")
+    pl.seed_everything(0, verbose=False)
+    parts = prepare(cfg)
+    probe = DtypeProbe()
+    trainer = build_trainer(cfg)
+    trainer.callbacks.append(probe)
+    trainer.fit(parts.module, datamodule=parts.datamodule)
+    assert trainer.precision == BF16 and trainer.global_step == 4
+    assert probe.seen["linear"] == {torch.bfloat16}  # autocast was on in the encoder
+    for key in ("slot", "intent", "x_enc", "loss"):
+        assert probe.seen[key] == {torch.float32}, key
+    assert all(torch.isfinite(p).all() and p.dtype == torch.float32 for p in parts.module.parameters())
