@@ -626,7 +626,7 @@ def loggers() -> MapOf:
         instance("pytorch_lightning.loggers.CSVLogger", {"save_dir": text(), "name": text(),
                                                         "version": AnyOf((text(), integer(NON_NEGATIVE), choice("")),
                                                                          "must be a string or a version number")}),
-        instance("pytorch_lightning.loggers.WandbLogger", {"save_dir": text(), "mode": choice("offline", "online", "disabled"),
+        instance("pytorch_lightning.loggers.WandbLogger", {"save_dir": text(null=True), "mode": choice("offline", "online", "disabled"),
                                                           "project": text(), "name": text(), "group": text(),
                                                           "job_type": text(), "tags": Seq(text()),
                                                           "log_model": AnyOf((flag(), choice("all")), "must be true, false or all")}),
@@ -656,7 +656,7 @@ def schema(config_name: str) -> Node:
     seed = integer(SEED)
     if config_name == "config":  # python -m robustnlu
         return Node({
-            "seed": seed, "resume": flag(), "scenario": text(),
+            "seed": seed, "resume": flag(), "keep_last_checkpoint": flag(), "scenario": text(),
             "optimizer": optimizer(), "trainer": trainer(), "data": data(),
             "dataset": dataset(), "drift": drift(), "validation": validation(),
             "encoder": encoder(), "model": Node({"dropout": number(DROPOUT), "crf": flag(),
