@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader
 from bench.contention import system_busy_seconds
 from robustnlu.module import SLUModule
 from robustnlu.precision import resolve_precision
+from robustnlu.train import lightning_arguments
 
 Batch = dict[str, torch.Tensor]
 
@@ -188,7 +189,7 @@ def build_bench_trainer(cfg: DictConfig, callbacks: list[pl.Callback], device: t
     epoch of pure training: no progress bar, logger, checkpointing or validation; ``precision``:
     instead of ``trainer.precision`` (``auto`` resolved as in a run)."""
     return instantiate(
-        cfg.trainer,
+        lightning_arguments(cfg.trainer),
         callbacks=callbacks,
         logger=False,
         enable_checkpointing=False,

@@ -60,6 +60,11 @@ from robustnlu.seqdrift.split import DriftSplit
 PACKAGES = ("robustnlu", "torch", "transformers", "pytorch-lightning", "torchmetrics", "hydra-core")
 #: ``trainer.*`` keys that are robustnlu's, not `pl.Trainer` arguments (read by `SLUModule.from_config`)
 OWN_TRAINER_KEYS = ("on_nonfinite",)
+
+
+def lightning_arguments(trainer_cfg: DictConfig) -> dict[str, Any]:
+    """``cfg.trainer`` without our own keys (`OWN_TRAINER_KEYS`): what `pytorch_lightning.Trainer` takes."""
+    return {k: v for k, v in trainer_cfg.items() if k not in OWN_TRAINER_KEYS}
 SUMMARY_METRICS = ("intent_acc", "slot_f1", "combined", "semer", "frame_acc", "ma_intent_combined")
 
 
@@ -93,8 +98,7 @@ def build_trainer(cfg: DictConfig, wandb_id: str | None = None) -> pl.Trainer:
     out_dir = Path(cfg.paths.output_dir)
     loggers = [instantiate(c, **(wandb_options(c, out_dir, wandb_id) if "Wandb" in c._target_ else {}))
                for c in (cfg.logger or {}).values() if c is not None]
-    lightning_args = {k: v for k, v in cfg.trainer.items() if k not in OWN_TRAINER_KEYS}
-    return instantiate(lightning_args, callbacks=callbacks, logger=loggers,
+    return instantiate(lightning_arguments(cfg.trainer), callbacks=callbacks, logger=loggers,
                        precision=resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator))
 
 
@@ -162,8 +166,9 @@ def end_wandb_run() -> None:
     """Finish this run's W&B run (with ``logger=wandb``): the jobs of a sweep run one after
     another in one process, and Lightning's logger would log the next job into a W&B run
     still open."""
-    if "wandb" in sys.modules and sys.modules["wandb"].run is not None:
-        sys.modules["wandb"].finish()
+    wandb = sys.modules.get("wandb")  # None also where the wandb extra is missing (sys.modules entry None)
+    if wandb is not None and wandb.run is not None:
+        wandb.finish()
 
 
 def write_status(out_dir: Path, state: str, **extra: Any) -> None:

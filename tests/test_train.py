@@ -174,6 +174,8 @@ def test_status_file_says_failed_with_the_error(sample, tmp_path, monkeypatch):
     import robustnlu.train as train
 
     class Exploding:
+        loggers = ()  # as a Trainer without loggers
+
         def fit(self, *args, **kwargs):
             raise RuntimeError("CUDA out of memory (simulated)")
 
