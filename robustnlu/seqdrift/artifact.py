@@ -34,6 +34,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TypeVar
 
@@ -73,7 +74,7 @@ class Clustering:
     key: str
     file: str | None = None
 
-    @property
+    @cached_property  # used by the cache key and the record: the rows are hashed once
     def sha256(self) -> str:
         """The digest of the uid -> cluster rows: equal digests, equal clusterings."""
         rows = json.dumps([[u, int(c)] for u, c in zip(self.uids, self.ids)], ensure_ascii=False)

@@ -29,7 +29,7 @@ from robustnlu.data.utterance import Corpus
 from robustnlu.errors import ConfigError, entry_point
 from robustnlu.seqdrift.artifact import CLUSTER_OPTIONS, Clustering, clusters_key
 from robustnlu.seqdrift.pipeline import cluster_utterances, split_from_clustering
-from robustnlu.seqdrift.shipped import SHIPPED_DIR, manifest, shipped_clustering, write_clustering, write_manifest
+from robustnlu.seqdrift.shipped import SHIPPED_DIR, file_sha256, manifest, shipped_clustering, write_clustering, write_manifest
 from robustnlu.seqdrift.split import Filtered, SplitConfig, filter_utterances
 
 # name -> the preset whose drift config the clustering is for (drift seed 0)
@@ -133,7 +133,7 @@ def write(presets: list[Preset], shipped_dir: Path) -> None:
             "clusters_sha256": clustering.sha256,
             "experiment": f"+experiment={CANONICAL[preset.name]}",
             "file": path.name,
-            "file_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "file_sha256": file_sha256(path),
             "n_clusters": int(len(set(clustering.ids.tolist()) - {-1})),
             "n_utterances": len(clustering.uids),
             "name": preset.name,
