@@ -35,6 +35,7 @@ from omegaconf import DictConfig, open_dict
 
 from robustnlu.config_schema import check_config
 from robustnlu.errors import ConfigError, RobustNLUError, report
+from robustnlu.rundir import RunDir
 
 T = TypeVar("T")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +55,7 @@ def repo_root(cfg: DictConfig) -> Path:
 def discard_run_dir(run_dir: Path) -> None:
     """Remove the run dir Hydra created for a run that failed before writing any result, so
     bad input leaves no half-written output behind (and the parents it leaves empty)."""
-    if (run_dir / "results.json").exists():
+    if RunDir(run_dir).finished():
         return
     shutil.rmtree(run_dir, ignore_errors=True)
     cwd = Path.cwd().resolve()

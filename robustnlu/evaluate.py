@@ -10,7 +10,7 @@
   noised versions.
 
 For each (dataset, noise type) pair: intent accuracy, slot F1 and frame accuracy on control and
-treatment and their difference, as `robustnlu.analysis.robustness.score_table` prints them.
+treatment and their difference, as `robustnlu.metrics.robustness.score_table` prints them.
 Notes flag what makes a cell misleading: controls that are training or model-selection
 utterances of this run (the released SNIPS allcaps / misspelling controls are SNIPS's dev
 split), and casing noise under an uncased tokenizer (a no-op: the cell is reported with a
@@ -32,18 +32,20 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from robustnlu.analysis.robustness import METRICS, NoiseScore, score_table
 from robustnlu.cli import hydra_app, repo_root, run_or_exit
 from robustnlu.data.readers import load_corpus
 from robustnlu.data.utterance import Corpus, Utterance
 from robustnlu.errors import ConfigError, DataError
 from robustnlu.io import atomic_write_json, atomic_write_text
+from robustnlu.metrics.registry import NOISE
+from robustnlu.metrics.robustness import NoiseScore, score_table
 from robustnlu.metrics.slu import SLUMetrics
 from robustnlu.noise.augment import build_transform
 from robustnlu.noise.base import noise_all
 from robustnlu.noise.casing import tokenizer_ignores_case
 from robustnlu.noise.suite import NoisyPair, load_noisy_suite
 from robustnlu.predict import Predictor
+from robustnlu.rundir import RunDir
 from robustnlu.seqdrift.pipeline import make_drift_split
 from robustnlu.seqdrift.shipped import SHIPPED_DIR
 
@@ -61,7 +63,7 @@ def score(predictor: Predictor, utterances: Sequence[Utterance], batch_size: int
     with warnings.catch_warnings():  # a pair without any slot: slot F1 is 0 by convention
         warnings.simplefilter("ignore", UserWarning)
         computed = metrics.compute()
-    return {m: computed[m] for m in METRICS}
+    return {m: computed[m] for m in NOISE}
 
 
 def synthetic_pairs(suite_cfg: Mapping[str, Any], corpus: Corpus, seed: int) -> list[NoisyPair]:
@@ -132,7 +134,7 @@ def evaluate_suites(
 
 def write_robustness(run_dir: Path, results: Mapping[str, dict[str, Any]], checkpoint: str | None) -> str:
     """Merge ``results`` into ``<run_dir>/robustness.json``, rewrite robustness.md; the tables."""
-    path = run_dir / "robustness.json"
+    path = RunDir(run_dir).robustness_file
     merged = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"suites": {}}
     for name, entry in results.items():
         merged["suites"][name] = {**entry, "checkpoint": checkpoint}
@@ -159,14 +161,14 @@ def evaluate(cfg: DictConfig) -> str:
         raise ConfigError("choose at least one suite: suite=noisy_nlu or suite=[noisy_nlu,synthetic]")
     ckpt = Path(cfg.ckpt)
     predictor = Predictor.from_checkpoint(ckpt, cfg.device)  # a file that is not a checkpoint: DataError
-    run_dir = ckpt.resolve().parent.parent
-    config = run_dir / "config.yaml"
+    run = RunDir.of_checkpoint(ckpt)
+    run_dir, config = run.path, run.config_file
     if not config.is_file():
         raise DataError(config, None, f"no run config next to checkpoint {ckpt} (expected RUN/checkpoints/<file>.ckpt)")
     run_cfg = OmegaConf.load(config)
     results = evaluate_suites(predictor, cfg.suite, run_cfg, run_corpus_of(run_cfg), cfg.batch_size)
     tables = write_robustness(run_dir, results, str(ckpt.resolve().relative_to(run_dir)))
-    print(f"{tables}\n\nwritten: {run_dir / 'robustness.json'}, {run_dir / 'robustness.md'}")
+    print(f"{tables}\n\nwritten: {run.robustness_file}, {run_dir / 'robustness.md'}")
     return tables
 
 

@@ -19,7 +19,7 @@ report itself already written). The artifact holds the report files only, never
 
 Each of a method's models is tested against the ERM model of the same seed (utterances paired by
 uid); the decision rule and the family-wise error are described in
-`robustnlu.analysis.study` and in report.md. Deterministic given --seed. A directory without any
+`robustnlu.analysis.statistics` and in report.md. Deterministic given --seed. A directory without any
 run: a one-line error, exit status 2, nothing written.
 """
 
@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from robustnlu.analysis.study import MIN_CLUSTER_SIZE
+from robustnlu.analysis.runs import MIN_CLUSTER_SIZE
 from robustnlu.errors import RobustNLUError, entry_point
 from robustnlu.extras import require
 
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of every randomization test (default 0)")
     parser.add_argument("--rule", choices=("any", "majority", "all"), default="any",
                         help="how many of a scenario's k paired tests must be significant (default any; "
-                             "see robustnlu.analysis.study)")
+                             "see robustnlu.analysis.statistics)")
     parser.add_argument("--min-cluster-size", type=int, default=MIN_CLUSTER_SIZE,
                         help="worst-cluster COMBINED over the clusters of at least this many test utterances "
                              f"(default {MIN_CLUSTER_SIZE})")

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import os
 import platform
 import shutil
@@ -42,6 +41,7 @@ from robustnlu.analysis.reproduction import Design, write
 from robustnlu.cli import REPO_ROOT
 from robustnlu.errors import entry_point
 from robustnlu.io import atomic_write_json, atomic_write_with
+from robustnlu.rundir import RunDir
 
 RECORDS = Path("docs") / "reproduction" / "records"
 RUNS = Path("outputs") / "reproduction" / "runs"
@@ -105,10 +105,10 @@ def chosen_k(records: Path, method: str) -> int | None:
     for run in k_search_runs():
         if run.method != method:
             continue
-        path = records / run.name / "results.json"
-        if not path.is_file():
+        record = RunDir(records / run.name)
+        if not record.finished():
             return None
-        scores[run.k] = json.loads(path.read_text())["metrics"]["valid"]["combined"]
+        scores[run.k] = record.results()["metrics"]["valid"]["combined"]
     return min(scores, key=lambda k: (-scores[k], k))
 
 
@@ -159,14 +159,15 @@ def gzip_copy(src: Path, dst: Path) -> None:
 
 def write_record(run: Run, run_dir: Path, record: Path, command: list[str], wall_s: float) -> None:
     """The compact record of a finished run; ``results.json`` last (a record with it is complete)."""
-    gzip_copy(run_dir / "predictions" / "valid.jsonl", record / "predictions" / "valid.jsonl.gz")
-    gzip_copy(run_dir / "predictions" / "test.jsonl", record / "predictions" / "test.jsonl.gz")
-    shutil.copyfile(run_dir / "csv" / "metrics.csv", record / "metrics.csv")
+    run_files = RunDir(run_dir)
+    for split in ("valid", "test"):
+        gzip_copy(run_files.predictions_file(split), record / "predictions" / f"{split}.jsonl.gz")
+    shutil.copyfile(run_files.metrics_csv, record / "metrics.csv")
     atomic_write_json(record / "meta.json", {
         "command": " ".join(command[1:]), "part": run.part, "cpu": cpu_model(), "cores": os.cpu_count(),
         "wall_time_s": round(wall_s, 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     })
-    shutil.copyfile(run_dir / "results.json", record / "results.json")
+    shutil.copyfile(run_files.results_file, record / "results.json")
 
 
 def commit(repo: Path, record: Path, message: str) -> bool:
@@ -191,7 +192,7 @@ def train(run: Run, repo: Path, records: Path, runs: Path, extra: list[str], do_
     print("+ " + " ".join(command[1:]), flush=True)
     started = time.time()
     rc = subprocess.run(command, cwd=repo).returncode
-    if rc != 0 or not (run_dir / "results.json").is_file():
+    if rc != 0 or not RunDir(run_dir).finished():
         print(f"{run.name}: failed (exit {rc}); the plan goes on", flush=True)
         return False
     write_record(run, run_dir, record, command, time.time() - started)
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     repo = REPO_ROOT
 
     def recorded(run: Run) -> bool:
-        return (args.records / run.name / "results.json").is_file()
+        return RunDir(args.records / run.name).finished()
 
     def selected() -> list[Run]:  # anew after each run: a finished k search releases Part B
         return [r for r in plan(args.records) if args.only is None or r.name in args.only]

@@ -28,8 +28,8 @@ from pytorch_lightning.callbacks import Checkpoint
 
 from robustnlu.checkpoint import read_checkpoint
 from robustnlu.errors import DataError, ResumeError
+from robustnlu.rundir import LAST_CHECKPOINT, RunDir
 
-LAST = Path("checkpoints") / "last.ckpt"
 WANDB_RECORD = "wandb.json"
 
 
@@ -42,7 +42,7 @@ class LastCheckpoint(Checkpoint):
     def __init__(self, dirpath: str, every_n_train_steps: int | None = None, every_minutes: float | None = 10.0):
         if not every_n_train_steps and not every_minutes:
             raise ValueError("LastCheckpoint needs every_n_train_steps or every_minutes (mid-epoch saves)")
-        self.path = Path(dirpath) / LAST.name
+        self.path = Path(dirpath) / LAST_CHECKPOINT.name
         self.every_n_train_steps = every_n_train_steps
         self.every_minutes = every_minutes
         self.saved_at = time.monotonic()
@@ -80,7 +80,7 @@ class ResumePoint:
         """For results.json / status.json: where this run continued from."""
         if self.checkpoint is None:
             return None
-        return {"checkpoint": str(LAST), "global_step": self.global_step, "epoch": self.epoch}
+        return {"checkpoint": str(LAST_CHECKPOINT), "global_step": self.global_step, "epoch": self.epoch}
 
 
 def requeued() -> bool:
@@ -92,10 +92,10 @@ def resume_point(out_dir: Path, resume: bool) -> ResumePoint:
     """Where a run in ``out_dir`` starts: from scratch unless ``resume`` (or a Slurm requeue)."""
     if not (resume or requeued()):
         return ResumePoint()
-    status, results = out_dir / "status.json", out_dir / "results.json"
-    if status.is_file() and results.is_file() and json.loads(status.read_text()).get("state") == "finished":
-        return ResumePoint(results=json.loads(results.read_text()))
-    last = out_dir / LAST
+    run = RunDir(out_dir)
+    if run.finished() and (run.status() or {}).get("state") == "finished":
+        return ResumePoint(results=run.results())
+    last = run.last_checkpoint
     if not last.is_file():
         return ResumePoint()
     try:
@@ -110,7 +110,7 @@ def discard_last_checkpoint(out_dir: Path) -> None:
     returns the stored result of a finished run and never reads it; the weights-only best
     checkpoint is what validate, test, predict and evaluate load (``keep_last_checkpoint=true``
     keeps it)."""
-    (out_dir / LAST).unlink(missing_ok=True)
+    RunDir(out_dir).last_checkpoint.unlink(missing_ok=True)
 
 
 def record_wandb_run(out_dir: Path, trainer) -> None:

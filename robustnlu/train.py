@@ -47,6 +47,7 @@ from robustnlu.errors import ConfigError
 from robustnlu.evaluate import evaluate_suites, write_robustness
 from robustnlu.extras import require
 from robustnlu.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from robustnlu.metrics.registry import RUN_SUMMARY
 from robustnlu.model.encoders import build_encoder, load_tokenizer
 from robustnlu.module import SLUModule
 from robustnlu.noise.augment import augment_corpus
@@ -65,7 +66,7 @@ OWN_TRAINER_KEYS = ("on_nonfinite",)
 def lightning_arguments(trainer_cfg: DictConfig) -> dict[str, Any]:
     """``cfg.trainer`` without our own keys (`OWN_TRAINER_KEYS`): what `pytorch_lightning.Trainer` takes."""
     return {k: v for k, v in trainer_cfg.items() if k not in OWN_TRAINER_KEYS}
-SUMMARY_METRICS = ("intent_acc", "slot_f1", "combined", "semer", "frame_acc", "ma_intent_combined")
+SUMMARY_METRICS = RUN_SUMMARY
 
 
 def versions() -> dict[str, str]:

@@ -20,14 +20,16 @@ import pytest  # noqa: E402
 
 from integration_helpers import (  # noqa: E402
     FAST, SMALL_DRIFT, compose_config, jsonl_overrides, run_cli, write_snips_sample_jsonl)
-from robustnlu.analysis import study as st  # noqa: E402
+from robustnlu.analysis import figures, statistics, study as st  # noqa: E402
+from robustnlu.analysis.runs import Run  # noqa: E402
 from robustnlu.analysis.significance import (  # noqa: E402
     SignificanceResult,
     approximate_randomization,
     family_wise_error,
-    load_predictions,
 )
+from robustnlu.metrics.registry import TESTED, relative_change  # noqa: E402
 from robustnlu.report import main  # noqa: E402
+from robustnlu.rundir import RunDir  # noqa: E402
 from robustnlu.train import run  # noqa: E402
 from test_cli import read_wandb_records  # noqa: E402
 
@@ -91,12 +93,12 @@ def test_figures_are_non_blank_pngs(report, name):
 
 
 def test_figures_have_one_bar_per_scenario_method_and_direction(study):
-    drop = st.plot_drop(study.stats)
+    drop = figures.plot_drop(study.stats)
     assert len(drop.axes) == 1  # one dataset
     assert len(drop.axes[0].patches) == len(VALIDATIONS) * len(METHODS)
     heights = sorted(p.get_height() for p in drop.axes[0].patches)
     assert heights == pytest.approx(sorted(s.stats["drop"][0] for s in study.stats))
-    counts = st.plot_counts(study.counts)
+    counts = figures.plot_counts(study.counts)
     assert [ax.get_title().split(" (")[0] for ax in counts.axes] == [
         "all scenarios", "full vs partial drift", "i.i.d. vs o.o.d. validation"]
     # one non-ERM method: worse + better bar per group value (all: 1 value, full only, iid and ood)
@@ -140,11 +142,11 @@ def test_tables_hold_one_row_per_scenario_and_method(report, sweep):
 def test_significance_equals_a_direct_test_of_the_same_seed_pair(study, report, sweep, validation):
     comparison = next(c for c in study.comparisons if c.method == "topk" and c.scenario.validation == validation)
     assert [(p.run.seed, p.baseline.seed, p.by_seed) for p in comparison.pairs] == [(s, s, True) for s in SEEDS]
-    for metric in st.TESTED_METRICS:
+    for metric in TESTED:
         tests = comparison.verdicts[metric].tests
         for seed, result in zip(SEEDS, tests, strict=True):
-            direct = approximate_randomization(load_predictions(sweep / validation / f"topk-{seed}"),
-                                               load_predictions(sweep / validation / f"erm-{seed}"),
+            direct = approximate_randomization(RunDir(sweep / validation / f"topk-{seed}").predictions(),
+                                               RunDir(sweep / validation / f"erm-{seed}").predictions(),
                                                metric, ROUNDS, SEED)
             assert result == direct
     row = next(r for r in read_csv(report / "relative_change.csv")
@@ -240,16 +242,16 @@ def test_report_online_without_login_is_a_one_line_error_after_the_report(sweep,
 
 
 def fake(path, seed):
-    return st.Run(path=Path(path), results={"seed": seed, "method": "m"})
+    return Run(path=Path(path), results={"seed": seed, "method": "m"})
 
 
 def test_pairing_falls_back_to_sorted_order_for_a_seed_without_erm():
     erm = [fake("e1", 1), fake("e2", 2)]
-    pairs = st.pair_models([fake("m2", 2), fake("m3", 3), fake("m1", 1)], erm)
+    pairs = statistics.pair_models([fake("m2", 2), fake("m3", 3), fake("m1", 1)], erm)
     assert [(p.run.seed, p.baseline.seed, p.by_seed) for p in pairs] == [(1, 1, True), (2, 2, True), (3, 1, False)]
-    pairs = st.pair_models([fake("m1", 1), fake("m3", 3)], erm)
+    pairs = statistics.pair_models([fake("m1", 1), fake("m3", 3)], erm)
     assert [(p.run.seed, p.baseline.seed, p.by_seed) for p in pairs] == [(1, 1, True), (3, 2, False)]
-    assert st.pair_models([fake("m1", 1)], []) == []
+    assert statistics.pair_models([fake("m1", 1)], []) == []
 
 
 def result(difference, p, metric="combined"):
@@ -266,13 +268,13 @@ def result(difference, p, metric="combined"):
     ("all", [result(0.1, 0.01), result(0.05, 0.3)], "same"),
 ])
 def test_decision_rule(rule, tests, expected):
-    assert st.decide("combined", 1.0, tests, 0.05, rule).decision == expected
+    assert statistics.decide("combined", 1.0, tests, 0.05, rule).decision == expected
 
 
 def test_decision_follows_the_direction_of_the_mean_and_semer_is_lower_better():
     worse = [result(-0.1, 0.01), result(-0.2, 0.01)]
-    assert st.decide("combined", -2.0, worse, 0.05, "all").decision == "worse"
-    assert st.decide("combined", 2.0, worse, 0.05, "any").decision == "same"
+    assert statistics.decide("combined", -2.0, worse, 0.05, "all").decision == "worse"
+    assert statistics.decide("combined", 2.0, worse, 0.05, "any").decision == "same"
     semer = [result(-0.1, 0.01, "semer")]  # A has lower SEMER: better
-    assert st.decide("semer", -3.0, semer, 0.05, "any").decision == "better"
-    assert math.isnan(st.relative_change(1.0, 0.0))
+    assert statistics.decide("semer", -3.0, semer, 0.05, "any").decision == "better"
+    assert math.isnan(relative_change(1.0, 0.0))

@@ -13,51 +13,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from robustnlu.analysis.study import read_json_object
 from robustnlu.errors import DataError, entry_point
-
-#: (results key, column title, higher is better)
-COLUMNS = (
-    ("combined", "COMBINED", True),
-    ("intent_acc", "intent acc", True),
-    ("slot_f1", "slot F1", True),
-    ("semer", "SEMER", False),
-    ("frame_acc", "frame acc", True),
-)
+from robustnlu.metrics.registry import COMPARE, METRICS, relative_change
+from robustnlu.rundir import RunDir, sweep_runs
 
 
-def run_dirs(paths: list[Path]) -> list[Path]:
+def run_dirs(paths: list[Path]) -> list[RunDir]:
     """Run directories of ``paths``, expanding sweep directories (sub-directories in job order)."""
     found = []
     for path in paths:
-        if (path / "results.json").is_file():
-            found.append(path)
-            continue
-        subdirs = [p for p in path.iterdir() if (p / "results.json").is_file()] if path.is_dir() else []
-        if not subdirs:
+        runs = sweep_runs(path)
+        if not runs:
             raise DataError(path, None, "neither a run directory (no results.json) nor a sweep of finished runs")
-        found += sorted(subdirs, key=job_order)
+        found += runs
     return found
-
-
-def job_order(path: Path) -> tuple[bool, int, str]:
-    """Sort key of a sweep's job directories (``<job number>`` or ``<job number>-<name>``):
-    numbered ones first, by number."""
-    number = path.name.split("-", 1)[0]
-    return (not number.isdigit(), int(number) if number.isdigit() else 0, path.name)
-
-
-def load_results(run_dir: Path) -> dict[str, Any]:
-    return read_json_object(run_dir / "results.json")
 
 
 #: width of a metric cell: "100.00 (+123.45%)" and a separating space
 CELL = 19
-
-
-def relative_change(value: float, baseline: float) -> float:
-    """(value − baseline) / baseline in percent (the paper's "%" columns)."""
-    return 100.0 * (value - baseline) / baseline if baseline else float("nan")
 
 
 def comparison_table(runs: list[dict[str, Any]], labels: list[str]) -> str:
@@ -65,12 +38,12 @@ def comparison_table(runs: list[dict[str, Any]], labels: list[str]) -> str:
     metric of a non-baseline run, its relative change to the baseline (first run) in %."""
     base = runs[0]["metrics"]["test"]
     width = max(len(label) for label in labels) + 2
-    head = f"{'run':<{width}}" + "".join(f"{title:>{CELL}}" for _, title, _ in COLUMNS) + f"{'drop':>10}"
+    head = f"{'run':<{width}}" + "".join(f"{METRICS[key].title:>{CELL}}" for key in COMPARE) + f"{'drop':>10}"
     lines = [head]
     for label, results in zip(labels, runs, strict=True):
         test, valid = results["metrics"]["test"], results["metrics"]["valid"]
         cells = []
-        for key, _, _ in COLUMNS:
+        for key in COMPARE:
             cell = f"{100 * test[key]:.2f}"
             if results is not runs[0]:
                 cell += f" ({relative_change(test[key], base[key]):+.2f}%)"
@@ -86,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path, help="run directories or sweep directories")
     args = parser.parse_args(argv)
-    runs = [load_results(d) for d in run_dirs(args.dirs)]
+    runs = [d.results() for d in run_dirs(args.dirs)]
     labels = [f"{r['method']} (seed {r['seed']})" for r in runs]
     first = runs[0]
     print(f"{first['dataset']}, drift {first['drift']['kind']}; test metrics in %, "

@@ -12,8 +12,8 @@ What the report computes, each with the function that does it:
 - `method_summary`: Tables 11-12 for SNIPS. Per method, the mean over the scenarios it was
   compared in of the per-scenario means (over seeds) of test COMBINED, SEMER and MA INT.
   COMBINED; the relative change to ERM's mean over the same scenarios, (m − erm) / erm in %; and
-  the scenarios significantly better / worse than ERM on COMBINED: `robustnlu.analysis.study`'s
-  paired approximate randomization tests (p < 0.05, each model against the ERM model of the same
+  the scenarios significantly better / worse than ERM on COMBINED: the study's
+  (`robustnlu.analysis.statistics`) paired approximate randomization tests (p < 0.05, each model against the ERM model of the same
   seed, decision rule ``any``: the paper's reading), `SIGNIFICANCE` fixed so the report is the
   same each time; Figure 2.
 - `k_search_table`: valid COMBINED per k of each TopK method on the k-search scenario, and the k
@@ -22,8 +22,12 @@ What the report computes, each with the function that does it:
   plateaued.
 - `drift_table`: the splits' sizes and % drift (``results.json`` drift.split_stats).
 - `worst_cluster_table`: worst-cluster COMBINED over the test clusters of at least
-  `robustnlu.analysis.study.MIN_CLUSTER_SIZE` utterances, and how many clusters qualify.
+  `robustnlu.analysis.runs.MIN_CLUSTER_SIZE` utterances, and how many clusters qualify.
 - hyper-parameters, budget, hardware and wall times (``results.json`` config, ``meta.json``).
+
+The records are read by `robustnlu.analysis.records`, the tables computed and rendered by
+`robustnlu.analysis.reproduction_tables`, the figures drawn by `robustnlu.analysis.figures`;
+this module writes the report.
 
 Everything is iterated in sorted order and no clock is read: the same records give the same
 bytes. The section "Reading" is `READING`, written by the person who reads the results (a
@@ -32,46 +36,39 @@ placeholder while it does not exist).
 
 from __future__ import annotations
 
-import csv
-import math
-from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from robustnlu.analysis import paper_results as paper
-from robustnlu.analysis.study import (
-    BASELINE,
-    MIN_CLUSTER_SIZE,
+from robustnlu.analysis.figures import atomic_save_figure, plot_significance, plot_table10, plot_valid_curves
+from robustnlu.analysis.records import Design, Records, read_records
+from robustnlu.analysis.reproduction_tables import (
+    drift_table,
+    hardware_markdown,
+    k_search_table,
+    method_summary,
+    settings_markdown,
+    summary_markdown,
+    table10,
+    table10_markdown,
+    valid_curves_markdown,
+    worst_cluster_table,
+)
+from robustnlu.analysis.runs import BASELINE, MIN_CLUSTER_SIZE, Run, group_runs
+from robustnlu.analysis.statistics import (
     Comparison,
     MethodStats,
-    Run,
-    StudyError,
-    _fmt,
-    _markdown,
-    atomic_save_figure,
-    check_results,
     compare_to_baseline,
-    discover,
-    group_runs,
-    read_json_object,
-    relative_change,
-    relative_change_table,
     scenario_stats,
     significance_counts,
-    table10 as scenario_table,
-    worst_cluster,
 )
+from robustnlu.analysis.study_tables import relative_change_table, table10 as scenario_table
 from robustnlu.io import atomic_write_text
 
 #: The significance tests of the report: the paper's (section 5.2), fixed so the report is
 #: reproducible byte for byte.
 SIGNIFICANCE = {"alpha": 0.05, "rounds": 10_000, "seed": 0, "rule": "any"}
-#: Metrics of Tables 11-12: (key in metrics["test"], column title)
-SUMMARY_METRICS = (("combined", "COMBINED"), ("semer", "SEMER"), ("ma_intent_combined", "MA INT. COMBINED"))
 FIGURES = ("fig1a_drop.png", "fig2_significance.png", "erm_valid_curves.png")
 #: The section "Reading" is written by a person, in this file beside report.md (committed); the
 #: report includes it verbatim, so that rebuilding the report keeps it.
@@ -80,119 +77,6 @@ PLACEHOLDER = (f"**TO BE WRITTEN** (in `{READING}` beside this report, which the
                "study is complete")
 
 
-@dataclass(frozen=True)
-class Design:
-    """What the driver planned (`robustnlu.reproduce`): run names per part ("A", "k", "B"), the
-    k-search runs (method → k → name) and the k chosen per method (None: search unfinished)."""
-
-    parts: dict[str, list[str]]
-    k_search: dict[str, dict[int, str]]
-    chosen_k: dict[str, int | None]
-    budget: tuple[str, ...]
-    k_scenario: str
-
-
-@dataclass
-class Records:
-    """The finished runs under the records folder, by run name, with their ``meta.json``."""
-
-    root: Path
-    runs: dict[str, Run]
-    meta: dict[str, dict[str, Any]]
-
-    def select(self, names: Sequence[str]) -> list[Run]:
-        return [self.runs[n] for n in sorted(set(names)) if n in self.runs]
-
-
-def read_records(root: Path) -> Records:
-    """Every record under ``root`` (a folder holding ``results.json``); `StudyError` if none."""
-    root = Path(root)
-    if not root.is_dir():
-        raise StudyError(f"{root}: no records folder")
-    found = [p.parent for p in sorted(root.glob("*/results.json"))]
-    if not found:
-        raise StudyError(f"{root}: no records (no <run>/results.json)")
-    runs, _ = discover(found)
-    check_results(runs)
-    by_name = {r.path.name: r for r in runs}
-    meta = {name: read_json_object(r.path / "meta.json") if (r.path / "meta.json").is_file() else {}
-            for name, r in by_name.items()}
-    return Records(root, dict(sorted(by_name.items())), meta)
-
-
-def _pct(metrics: dict[str, Any], key: str) -> float:
-    return 100.0 * float(metrics[key])
-
-
-def _mean(values: Sequence[float]) -> float:
-    return float(np.mean(values)) if len(values) else math.nan
-
-
-# --------------------------------------------------------------------------- Table 10, Figure 1a
-
-
-def table10(runs: Sequence[Run]) -> list[dict[str, Any]]:
-    """Per (dataset, drift kind, full/partial) of ERM's runs: n runs and the mean test − valid
-    change in points of intent_acc, slot_f1, combined; the paper's acc / f1 beside (None if the
-    paper has no cell)."""
-    cells: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
-    for run in runs:
-        if run.method == BASELINE:
-            s = run.scenario
-            cells[(s.dataset, s.drift, s.amount)].append(run)
-    rows = []
-    for key in sorted(cells):
-        members = cells[key]
-        row: dict[str, Any] = {"dataset": key[0], "drift": key[1], "amount": key[2], "n": len(members)}
-        for metric in ("intent_acc", "slot_f1", "combined"):
-            row[metric] = _mean([_pct(r.results["metrics"]["test"], metric)
-                                 - _pct(r.results["metrics"]["valid"], metric) for r in members])
-        theirs = paper.TABLE10.get(key)
-        row["paper_acc"], row["paper_f1"] = (theirs["acc"], theirs["f1"]) if theirs else (None, None)
-        rows.append(row)
-    return rows
-
-
-def _paper_cell(value: float | None) -> str:
-    return "—" if value is None else f"{value:+.1f}"
-
-
-def table10_markdown(rows: Sequence[dict[str, Any]]) -> str:
-    return _markdown(["dataset", "drift", "amount", "runs", "acc (ours)", "acc (paper)", "F1 (ours)", "F1 (paper)",
-                      "COMBINED (ours)"],
-                     [[r["dataset"], r["drift"], r["amount"], r["n"], _fmt(r["intent_acc"], sign=True),
-                       _paper_cell(r["paper_acc"]), _fmt(r["slot_f1"], sign=True), _paper_cell(r["paper_f1"]),
-                       _fmt(r["combined"], sign=True)] for r in rows])
-
-
-def plot_table10(rows: Sequence[dict[str, Any]]):
-    """Figure 1a: test − valid of accuracy and F1 per cell, ours (solid) beside the paper's
-    (hatched), one panel per dataset."""
-    from matplotlib.figure import Figure
-
-    datasets = sorted({r["dataset"] for r in rows})
-    fig = Figure(figsize=(8.0, 3.2 * max(1, len(datasets))))
-    axes = fig.subplots(max(1, len(datasets)), 1, squeeze=False)[:, 0]
-    bars = (("intent_acc", "paper_acc", "acc", "C0"), ("slot_f1", "paper_f1", "F1", "C1"))
-    for ax, dataset in zip(axes, datasets):
-        cells = [r for r in rows if r["dataset"] == dataset]
-        for j, (ours, theirs, label, color) in enumerate(bars):
-            for k, (source, hatch, alpha) in enumerate(((ours, "", 1.0), (theirs, "//", 0.45))):
-                xs = [i + (2 * j + k - 1.5) * 0.2 for i in range(len(cells))]
-                heights = [0.0 if c[source] is None or math.isnan(c[source]) else c[source] for c in cells]
-                ax.bar(xs, heights, 0.2, color=color, alpha=alpha, hatch=hatch, edgecolor="black", linewidth=0.4,
-                       label=f"{label} ({'ours' if k == 0 else 'paper'})")
-        ax.axhline(0.0, color="black", linewidth=0.6)
-        ax.set_xticks(range(len(cells)), [f"{c['drift']}\n{c['amount']}" for c in cells], fontsize=8)
-        ax.set_ylabel("test − valid (points)")
-        ax.set_title(f"{dataset}: ERM from validation to test (Figure 1a / Table 10)", fontsize=9)
-        ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    return fig
-
-
-# --------------------------------------------------------------------------- Tables 11-12, Figure 2
-
 
 def comparison(runs: Sequence[Run]) -> tuple[list[MethodStats], list[Comparison], list[dict[str, Any]]]:
     """Per-scenario stats, the paired tests against ERM (`SIGNIFICANCE`) and the counts."""
@@ -200,249 +84,6 @@ def comparison(runs: Sequence[Run]) -> tuple[list[MethodStats], list[Comparison]
     comparisons = compare_to_baseline(stats, SIGNIFICANCE["alpha"], SIGNIFICANCE["rounds"], SIGNIFICANCE["seed"],
                                       SIGNIFICANCE["rule"])
     return stats, comparisons, significance_counts(comparisons)
-
-
-def method_label(stats: MethodStats) -> str:
-    """Our name (with k) and the paper's, e.g. ``topk (k=4) = TOPK``."""
-    config = stats.runs[0].results.get("config", {}).get("method", {})
-    k = config.get("k")
-    theirs = paper.paper_method(stats.method, config.get("assignment"))
-    return f"{stats.method}" + (f" (k={k})" if k is not None else "") + (f" = {theirs}" if theirs else "")
-
-
-def method_summary(stats: Sequence[MethodStats], counts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Tables 11-12 (module docstring): one row per method, ERM first."""
-    erm = {s.scenario: s for s in stats if s.method == BASELINE}
-    compared = sorted({s.scenario for s in stats if s.method != BASELINE and s.scenario in erm})
-    all_counts = {r["method"]: r for r in counts if r["group"] == "all"}
-    rows = []
-    for method in sorted({s.method for s in stats}, key=lambda m: (m != BASELINE, m)):
-        mine = [s for s in stats if s.method == method and s.scenario in erm
-                and (method != BASELINE or s.scenario in compared)]
-        if not mine:
-            continue
-        row: dict[str, Any] = {"method": method, "label": method_label(mine[0]), "scenarios": len(mine),
-                               "runs": sum(s.n for s in mine)}
-        for key, _ in SUMMARY_METRICS:
-            row[key] = _mean([s.stats[key][0] for s in mine])
-            base = _mean([erm[s.scenario].stats[key][0] for s in mine])
-            row[f"{key}_pct"] = relative_change(row[key], base) if method != BASELINE else math.nan
-        c = all_counts.get(method)
-        row["better"], row["worse"], row["tested"] = (c["better"], c["worse"], c["scenarios"]) if c else (None, None, 0)
-        config = mine[0].runs[0].results.get("config", {}).get("method", {})
-        row["paper"] = paper.paper_method(method, config.get("assignment"))
-        rows.append(row)
-    return rows
-
-
-def summary_markdown(rows: Sequence[dict[str, Any]]) -> str:
-    md_rows = []
-    for r in rows:
-        t12 = paper.TABLE12_SNIPS.get(r["paper"], {})
-        t14 = paper.TABLE14_SNIPS_FULL.get(r["paper"], {})
-        base = r["method"] == BASELINE
-        md_rows.append([
-            r["label"], r["scenarios"], r["runs"],
-            *[x for key, _ in SUMMARY_METRICS
-              for x in (_fmt(r[key]), "" if base else _fmt(r[f"{key}_pct"], sign=True))],
-            "" if base or r["better"] is None else f"{r['better']} / {r['worse']} of {r['tested']}",
-            _fmt(t12.get("combined"), 1), "" if base else _fmt(t12.get("combined_pct"), 1, sign=True),
-            "" if base or "better" not in t12 else f"{t12['better']} / {t12['worse']} of 8",
-            "" if base else _fmt(t14.get("combined_pct"), 1, sign=True),
-            "" if base else _fmt(t14.get("semer_pct"), 1, sign=True),
-            "" if base or "better" not in t14 else f"{t14['better']} / {t14['worse']} of 4",
-        ])
-    head = ["method", "scenarios", "runs"]
-    for _, title in SUMMARY_METRICS:
-        head += [f"{title} %", f"{title} vs ERM %"]
-    head += ["sig. better / worse than ERM", "paper T12 COMBINED", "paper T12 vs ERM %", "paper T12 better / worse",
-             "paper T14 full COMBINED vs ERM %", "paper T14 full SEMER vs ERM %", "paper T14 full better / worse"]
-    return _markdown(head, md_rows)
-
-
-def plot_significance(rows: Sequence[dict[str, Any]]):
-    """Figure 2: scenarios significantly worse / better than ERM on COMBINED, ours (of the
-    scenarios compared) beside the paper's SNIPS full-drift counts (Table 14, of 4)."""
-    from matplotlib.figure import Figure
-
-    methods = [r for r in rows if r["method"] != BASELINE]
-    fig = Figure(figsize=(max(6.0, 1.6 * len(methods) + 2), 3.8))
-    ax = fig.subplots()
-    series = (("worse", "ours", "C3", ""), ("worse", "paper", "C3", "//"),
-              ("better", "ours", "C2", ""), ("better", "paper", "C2", "//"))
-    for j, (kind, source, color, hatch) in enumerate(series):
-        heights = []
-        for r in methods:
-            if source == "ours":
-                heights.append(r[kind] or 0)
-            else:
-                heights.append(paper.TABLE14_SNIPS_FULL.get(r["paper"], {}).get(kind, 0))
-        ax.bar([i + (j - 1.5) * 0.2 for i in range(len(methods))], heights, 0.2, color=color, hatch=hatch,
-               alpha=1.0 if source == "ours" else 0.45, edgecolor="black", linewidth=0.4,
-               label=f"sign. {kind} ({'ours' if source == 'ours' else 'paper, SNIPS full drift, Table 14'})")
-    ax.set_xticks(range(len(methods)), [f"{r['label']}\n(ours of {r['tested']}, paper of 4)" for r in methods],
-                  fontsize=8)
-    ax.set_ylabel("scenarios (COMBINED vs ERM)")
-    ax.set_ylim(0, max([4] + [r["tested"] for r in methods]) + 0.5)
-    ax.yaxis.get_major_locator().set_params(integer=True)
-    ax.set_title("SNIPS: scenarios significantly worse / better than ERM (Figure 2)", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-# --------------------------------------------------------------------------- k search, curves
-
-
-def k_search_table(records: Records, design: Design) -> str:
-    grid = sorted({k for ks in design.k_search.values() for k in ks})
-    rows = []
-    for method in sorted(design.k_search):
-        cells = []
-        for k in grid:
-            run = records.runs.get(design.k_search[method].get(k, ""))
-            cells.append(_fmt(_pct(run.results["metrics"]["valid"], "combined")) if run else "not recorded")
-        chosen = design.chosen_k.get(method)
-        rows.append([method, *cells, chosen if chosen is not None else "pending"])
-    return _markdown(["method", *[f"k={k} valid COMBINED %" for k in grid], "chosen k"], rows)
-
-
-def valid_curve(run: Run) -> list[float]:
-    """Valid COMBINED (%) after each training epoch, from the run's ``metrics.csv`` (the last
-    valid row of each epoch below ``epochs_trained``; the row logged after training is the
-    final evaluation, not an epoch)."""
-    path = run.path / "metrics.csv"
-    if not path.is_file():
-        return []
-    by_epoch: dict[int, float] = {}
-    with path.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            if row.get("valid/combined"):
-                by_epoch[int(row["epoch"])] = 100.0 * float(row["valid/combined"])
-    trained = int(run.results.get("epochs_trained") or len(by_epoch))
-    return [by_epoch[e] for e in sorted(by_epoch) if e < trained]
-
-
-def valid_curves_markdown(runs: Sequence[Run]) -> str:
-    curves = {r.path.name: valid_curve(r) for r in runs}
-    width = max([len(c) for c in curves.values()], default=0)
-    rows = []
-    for name, curve in curves.items():
-        last = _fmt(curve[-1] - curve[-2], sign=True) if len(curve) > 1 else ""
-        rows.append([name, *[_fmt(v) for v in curve] + [""] * (width - len(curve)), last])
-    return _markdown(["run", *[f"epoch {e + 1}" for e in range(width)], "last − previous (points)"], rows)
-
-
-def plot_valid_curves(runs: Sequence[Run]):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7.0, 4.0))
-    ax = fig.subplots()
-    for i, run in enumerate(runs):
-        curve = valid_curve(run)
-        ax.plot(range(1, len(curve) + 1), curve, marker="o", color=f"C{i % 10}", label=run.path.name, linewidth=1)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("valid COMBINED (%)")
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.set_title("ERM on SNIPS: valid COMBINED per epoch (is the budget plateaued?)", fontsize=9)
-    if runs:
-        ax.legend(fontsize=6)
-    fig.tight_layout()
-    return fig
-
-
-# --------------------------------------------------------------------------- splits, clusters
-
-
-def drift_table(runs: Sequence[Run]) -> str:
-    """One row per scenario: the split of its first record (by name); a scenario whose records
-    disagree on the split (split_key) is marked."""
-    by_scenario: dict[Any, list[Run]] = defaultdict(list)
-    for run in runs:
-        by_scenario[run.scenario].append(run)
-    rows = []
-    for scenario in sorted(by_scenario):
-        members = sorted(by_scenario[scenario], key=lambda r: r.path.name)
-        drift = members[0].results["drift"]
-        stats = drift.get("split_stats", {})
-        splits = stats.get("splits", {})
-        keys = {r.results["drift"].get("split_key") for r in members}
-        cells = []
-        for split in ("train", "valid", "test"):
-            s = splits.get(split, {})
-            cells += [s.get("size", ""), _fmt(s.get("percent_drift"), 1)]
-        pad = stats.get("proxy_a_distance", {})
-        clusters = stats.get("clusters", {})
-        rows.append([scenario.dataset, scenario.drift, scenario.amount, scenario.validation, *cells,
-                     clusters.get("count", ""), clusters.get("test", ""), _fmt(pad.get("train_vs_test"), 3),
-                     "yes" if len(keys) == 1 else f"NO: {len(keys)} splits"])
-    return _markdown(["dataset", "drift", "amount", "validation", "train", "train % drift", "valid", "valid % drift",
-                      "test", "test % drift", "clusters", "test clusters", "proxy A-dist. train/test",
-                      "same split in every record"], rows)
-
-
-def worst_cluster_table(stats: Sequence[MethodStats], min_size: int = MIN_CLUSTER_SIZE) -> str:
-    """Per scenario and method: worst-cluster test COMBINED over clusters of ≥ ``min_size`` test
-    utterances (mean over the runs), the qualifying clusters (of all test clusters; the same in
-    every run of a scenario: the first run's), and the worst over all clusters for contrast."""
-    rows = []
-    for s in stats:
-        test_metrics = [r.results["metrics"]["test"] for r in s.runs]
-        floor = [worst_cluster(m, "combined", min_size) for m in test_metrics]
-        anything = [worst_cluster(m, "combined", 1)[0] for m in test_metrics]
-        if not floor[0][2]:
-            continue
-        kept = [100 * v for v, _, _ in floor if v is not None]
-        rows.append([s.scenario.dataset, s.scenario.label, method_label(s), s.n, _fmt(_mean(kept)),
-                     f"{floor[0][1]} of {floor[0][2]}",
-                     _fmt(_mean([100 * v for v in anything if v is not None]))])
-    return _markdown(["dataset", "scenario", "method", "runs", f"worst-cluster COMBINED % (≥ {min_size} test utt.)",
-                      f"clusters ≥ {min_size} test utt. (of those in test)", "worst over all clusters %"], rows)
-
-
-# --------------------------------------------------------------------------- budget, hardware
-
-
-CONFIG_KEYS = (("encoder", "kind"), ("encoder", "name"), ("optimizer", "name"), ("optimizer", "lr"),
-               ("optimizer", "weight_decay"), ("optimizer", "warmup_steps"), ("data", "batch_size"),
-               ("model", "crf"), ("model", "intent_loss_scale"), ("trainer", "max_epochs"), ("trainer", "precision"),
-               ("callbacks", "early_stopping", "patience"), ("selection", "name"), ("drift", "clusters"),
-               ("drift", "seed"))
-
-
-def _lookup(config: dict[str, Any], path: Sequence[str]) -> Any:
-    for key in path:
-        if not isinstance(config, dict) or key not in config:
-            return "—"
-        config = config[key]
-    return config
-
-
-def settings_markdown(records: Records) -> str:
-    """Each setting's values over all records, with how many runs had each."""
-    rows = []
-    for path in CONFIG_KEYS:
-        values = Counter(str(_lookup(r.results.get("config", {}), path)) for r in records.runs.values())
-        rows.append([".".join(path), ", ".join(f"`{v}` ({n})" for v, n in sorted(values.items()))])
-    epochs = Counter(str(r.results.get("epochs_trained")) for r in records.runs.values())
-    rows.append(["epochs trained", ", ".join(f"{v} ({n})" for v, n in sorted(epochs.items()))])
-    return _markdown(["setting", "value (runs)"], rows)
-
-
-def hardware_markdown(records: Records) -> str:
-    """Per part (as ``meta.json`` records it): runs, wall time, hardware."""
-    part_of = {name: str(records.meta[name].get("part", "?")) for name in records.runs}
-    rows = []
-    for part in sorted(set(part_of.values())):
-        names = [n for n in records.runs if part_of[n] == part]
-        walls = [float(records.meta[n]["wall_time_s"]) for n in names if "wall_time_s" in records.meta[n]]
-        machines = Counter(f"{records.meta[n].get('cpu', '?')}, {records.meta[n].get('cores', '?')} cores"
-                           for n in names)
-        rows.append([part, len(names), _fmt(sum(walls) / 3600, 1) if walls else "",
-                     _fmt(float(np.median(walls)) / 60, 1) if walls else "",
-                     "; ".join(f"{m} ({n})" for m, n in sorted(machines.items()))])
-    return _markdown(["part", "runs recorded", "wall time (hours)", "median per run (minutes)", "hardware (runs)"],
-                     rows)
 
 
 # --------------------------------------------------------------------------- the report

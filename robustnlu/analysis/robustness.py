@@ -22,40 +22,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from robustnlu.analysis.study import read_json_object
 from robustnlu.errors import DataError, entry_point
+from robustnlu.metrics.registry import METRICS, NOISE_EFFECTS
+from robustnlu.metrics.robustness import NoiseScore, pct, score_table, signed
+from robustnlu.rundir import RunDir, read_json_object
+from robustnlu.tables import markdown_lines
 
-METRICS = {"intent_acc": "IC", "slot_f1": "SL", "frame_acc": "EM"}
 EFFECTS = ("drop", "gain", "residual", "clean_cost")
-
-
-@dataclass(frozen=True)
-class NoiseScore:
-    """One model on one control / treatment pair; metric values are fractions in [0, 1]."""
-
-    dataset: str
-    noise: str
-    n: int
-    control: dict[str, float]
-    treatment: dict[str, float]
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def cell(self) -> tuple[str, str]:
-        return self.dataset, self.noise
-
-    def delta(self, metric: str) -> float:
-        return self.treatment[metric] - self.control[metric]
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> NoiseScore:
-        return cls(d["dataset"], d["noise"], d["n"], dict(d["control"]), dict(d["treatment"]), list(d.get("notes", [])))
 
 
 def effects(base: NoiseScore, aug: NoiseScore, metric: str) -> dict[str, float]:
@@ -82,58 +57,31 @@ def match_cells(base: Sequence[NoiseScore], aug: Sequence[NoiseScore]) -> list[t
     return [(b, by_cell[b.cell]) for b in base if b.cell in by_cell]
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}"
-
-
-def _signed(x: float) -> str:
-    return f"{100 * x:+.1f}"
-
-
-def score_table(scores: Sequence[NoiseScore]) -> str:
-    """Markdown: per cell, Orig. / Noisy / Δ for IC, SL and EM, the pair size and the notes;
-    last row, the unweighted mean of Δ over the cells."""
-    head = ["dataset", "noise", "n"] + [f"{m} {c}" for m in METRICS.values() for c in ("orig", "noisy", "Δ")] + ["notes"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for s in scores:
-        cols = [s.dataset, s.noise, str(s.n)]
-        for m in METRICS:
-            cols += [_pct(s.control[m]), _pct(s.treatment[m]), _signed(s.delta(m))]
-        lines.append("| " + " | ".join(cols + ["; ".join(s.notes)]) + " |")
-    if scores:
-        mean = ["mean", f"{len(scores)} cells", ""]
-        for m in METRICS:
-            mean += ["", "", _signed(sum(s.delta(m) for s in scores) / len(scores))]
-        lines.append("| " + " | ".join(mean + [""]) + " |")
-    return "\n".join(lines)
-
-
 def effects_table(pairs: Sequence[tuple[NoiseScore, NoiseScore]]) -> str:
     """Markdown: per cell, base and augmented Orig. / Noisy and the four effects for IC and SL,
     then the unweighted means of the effects (the paper's headline numbers)."""
-    metrics = {m: METRICS[m] for m in ("intent_acc", "slot_f1")}
     head = ["dataset", "noise"]
-    for label in metrics.values():
+    for label in (METRICS[m].abbrev for m in NOISE_EFFECTS):
         head += [f"{label} base orig", f"{label} base noisy", f"{label} aug orig", f"{label} aug noisy"]
         head += [f"{label} {e.replace('_', ' ')}" for e in EFFECTS]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for b, a in pairs:
         cols = [b.dataset, b.noise]
-        for m in metrics:
-            cols += [_pct(b.control[m]), _pct(b.treatment[m]), _pct(a.control[m]), _pct(a.treatment[m])]
-            cols += [_signed(v) for v in effects(b, a, m).values()]
-        lines.append("| " + " | ".join(cols) + " |")
+        for m in NOISE_EFFECTS:
+            cols += [pct(b.control[m]), pct(b.treatment[m]), pct(a.control[m]), pct(a.treatment[m])]
+            cols += [signed(v) for v in effects(b, a, m).values()]
+        rows.append(cols)
     if pairs:
         cols = ["mean", f"{len(pairs)} cells"]
-        for m in metrics:
-            cols += ["", "", "", ""] + [_signed(v) for v in mean_effects(pairs, m).values()]
-        lines.append("| " + " | ".join(cols) + " |")
-    return "\n".join(lines)
+        for m in NOISE_EFFECTS:
+            cols += ["", "", "", ""] + [signed(v) for v in mean_effects(pairs, m).values()]
+        rows.append(cols)
+    return "\n".join(markdown_lines(head, rows))
 
 
 def load_scores(run_dir: Path) -> dict[str, list[NoiseScore]]:
     """``<run_dir>/robustness.json``: suite name → its scores."""
-    path = run_dir / "robustness.json"
+    path = RunDir(run_dir).robustness_file
     if not path.is_file():
         raise DataError(path, None, "no robustness results (train with suite=[...] or run python -m robustnlu.evaluate)")
     data = read_json_object(path)

@@ -38,31 +38,17 @@ count as ties (as they must).
 
 from __future__ import annotations
 
-import gzip
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from robustnlu.errors import DataError
+from robustnlu.metrics.registry import METRICS, PER_GROUP
 from robustnlu.metrics.slu import UtteranceCounts, utterance_counts
 
-#: Metrics the tests support, and whether a higher value is better (semer: lower is better).
-METRICS = {
-    "intent_acc": True,
-    "slot_f1": True,
-    "combined": True,
-    "semer": False,
-    "frame_acc": True,
-}
 #: Columns of a count array: the fields of `UtteranceCounts`, in order.
 COUNT_COLUMNS = UtteranceCounts._fields
-_COL = {name: i for i, name in enumerate(COUNT_COLUMNS)}
-#: Keys every prediction row must have (`load_predictions`).
-REQUIRED_KEYS = ("uid", "gold_intent", "pred_intent", "gold_tags", "pred_tags")
 #: |diff| ≥ observed is tested as |diff| ≥ observed − TIE_TOLERANCE · max(1, observed).
 TIE_TOLERANCE = 1e-12
 #: Most utterances with differing counts `exact_permutation_test` enumerates (2^20 swaps).
@@ -122,51 +108,26 @@ class SignificanceResult:
     @property
     def a_is_better(self) -> bool:
         """Whether A scores better than B (higher, or lower for semer)."""
-        return self.difference > 0 if METRICS[self.metric] else self.difference < 0
+        return METRICS[self.metric].better(self.difference, 0.0)
 
 
 def _check_metric(metric: str) -> None:
-    if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r}; supported: {', '.join(METRICS)}")
+    if metric not in PER_GROUP:  # the metrics the tests support: each a formula of summed counts
+        raise ValueError(f"unknown metric {metric!r}; supported: {', '.join(PER_GROUP)}")
 
 
 def metric_from_sums(metric: str, sums: np.ndarray, n: int) -> np.ndarray | float:
-    """A corpus metric from summed counts, exactly as `SLUMetrics.compute` defines it.
+    """A corpus metric from summed counts, by the formula `SLUMetrics.compute` uses
+    (`robustnlu.metrics.registry`).
 
     ``sums`` has `COUNT_COLUMNS` on its last axis (any leading shape, e.g. one row per shuffle);
-    ``n`` is the number of utterances summed. Definitions:
-
-    - intent_acc = Σ intent_correct / n; frame_acc = Σ frame_correct / n;
-    - slot_f1 = micro span F1 as seqeval: P = c / pred, R = c / gold, F1 = 2PR / (P + R), an
-      undefined ratio 0.0; computed as 2c / (gold + pred) if c > 0 else 0.0 (equal, fewer
-      roundings);
-    - combined = (intent_acc + slot_f1) / 2;
-    - semer = Σ semer_errors / (Σ gold_spans + n).
+    ``n`` is the number of utterances summed.
     """
     _check_metric(metric)
     if n <= 0:
         raise ValueError("a metric needs at least one utterance")
     sums = np.asarray(sums, dtype=np.float64)
-
-    def col(name: str) -> np.ndarray:
-        return sums[..., _COL[name]]
-
-    def slot_f1() -> np.ndarray:
-        correct = col("correct_spans")
-        denominator = col("gold_spans") + col("pred_spans")
-        safe = np.where(denominator > 0, denominator, 1.0)
-        return np.where(correct > 0, 2.0 * correct / safe, 0.0)
-
-    if metric == "intent_acc":
-        value = col("intent_correct") / n
-    elif metric == "frame_acc":
-        value = col("frame_correct") / n
-    elif metric == "slot_f1":
-        value = slot_f1()
-    elif metric == "combined":
-        value = (col("intent_correct") / n + slot_f1()) / 2.0
-    else:  # semer
-        value = col("semer_errors") / (col("gold_spans") + n)
+    value = METRICS[metric].formula({name: sums[..., i] for i, name in enumerate(COUNT_COLUMNS)}, n)
     return float(value) if np.ndim(value) == 0 else value
 
 
@@ -318,52 +279,3 @@ def exact_permutation_test(
         masks = ((codes[:, None] >> bits) & 1).astype(np.float64)
         extreme += setup.count_extreme(masks)
     return setup.result(extreme / total, total)
-
-
-def load_predictions(run_dir: str | Path, split: str = "test") -> list[dict[str, Any]]:
-    """The prediction rows of a run: ``<run_dir>/predictions/<split>.jsonl`` or, as a compact
-    record of `robustnlu.reproduce` keeps them, ``<split>.jsonl.gz`` (or ``run_dir`` itself if it
-    is a ``.jsonl`` or ``.jsonl.gz`` file), one JSON object per line with at least the keys
-    `REQUIRED_KEYS`; blank lines are skipped. Raises `DataError` naming the file and line of a
-    malformed row (invalid JSON, missing key, wrong type, tag sequences of different lengths,
-    duplicate uid) or naming the file if it does not exist.
-    """
-    path = Path(run_dir)
-    if not (path.is_file() and path.name.endswith((".jsonl", ".jsonl.gz"))):
-        plain = path / "predictions" / f"{split}.jsonl"
-        compressed = plain.with_name(plain.name + ".gz")
-        path = compressed if compressed.is_file() and not plain.is_file() else plain
-    if not path.is_file():
-        raise DataError(path, None, f"no {split} predictions (is the run finished?)")
-    rows: list[dict[str, Any]] = []
-    seen: dict[str, int] = {}
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(path, lineno, f"invalid JSON: {err.msg}") from None
-            if not isinstance(row, dict):
-                raise DataError(path, lineno, f"expected a JSON object, got {type(row).__name__}")
-            missing = [key for key in REQUIRED_KEYS if key not in row]
-            if missing:
-                raise DataError(path, lineno, f"missing key(s) {', '.join(missing)}")
-            if not isinstance(row["uid"], str):
-                raise DataError(path, lineno, f"uid must be a string, got {row['uid']!r}")
-            for key in ("gold_intent", "pred_intent"):
-                if not isinstance(row[key], str):
-                    raise DataError(path, lineno, f"{key} must be a string, got {row[key]!r}")
-            for key in ("gold_tags", "pred_tags"):
-                if not (isinstance(row[key], list) and all(isinstance(t, str) for t in row[key])):
-                    raise DataError(path, lineno, f"{key} must be a list of strings")
-            if len(row["gold_tags"]) != len(row["pred_tags"]):
-                raise DataError(path, lineno, f"{len(row['pred_tags'])} predicted tags but "
-                                              f"{len(row['gold_tags'])} gold tags")
-            if row["uid"] in seen:
-                raise DataError(path, lineno, f"uid {row['uid']!r} already on line {seen[row['uid']]}")
-            seen[row["uid"]] = lineno
-            rows.append(row)
-    return rows

@@ -24,13 +24,13 @@ overrides are forwarded verbatim to the multiruns.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from robustnlu.cli import compose_run_config, run_multirun
 from robustnlu.efficiency.curve import subset_percentages
 from robustnlu.errors import ConfigError, entry_point
+from robustnlu.rundir import RunDir
 
 #: run directories name the percentage (the job number keeps other sweeps apart)
 SUBDIR = "hydra.sweep.subdir=${hydra.job.num}-${efficiency.mode}-${efficiency.percent}pct-seed${seed}"
@@ -52,9 +52,9 @@ def training_overrides(overrides: list[str]) -> list[str]:
 def source_checkpoints(source_dir: Path) -> dict[int, Path]:
     """seed → best checkpoint of the source models (0% joint runs) under ``source_dir``."""
     found = {}
-    for path in sorted(source_dir.glob("*/results.json")):
-        results = json.loads(path.read_text())
-        found[int(results["seed"])] = path.parent / results["best_checkpoint"]
+    for run in map(RunDir, sorted(source_dir.iterdir())):
+        if run.finished():
+            found[int(run.results()["seed"])] = run.best_checkpoint()
     return found
 
 
@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="target=<domain> and Hydra overrides, as for python -m robustnlu")
     args = parser.parse_args(argv)
 
-    from robustnlu.efficiency.study import build_efficiency, write_efficiency
+    from robustnlu.efficiency.report import write_efficiency
+    from robustnlu.efficiency.study import build_efficiency
 
     train = training_overrides(args.overrides)
     cfg = compose_run_config(train)

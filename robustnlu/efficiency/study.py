@@ -12,10 +12,11 @@ Per curve: the discrete points (subset %, test exact match % = ``metrics.test.fr
 100, seed), h(x) = a/x^b + c fitted on all seeds' points with x > 0 pooled (stage 3), one fit
 per seed (Figure 3's variance study; the plot's band), the queries (stage 4) "what % reaches y%?"
 (``--reach``) and "what at x%?" (``--at``), and under ``mode=adapt`` the mean forgetting on the
-source domains per percentage. Written under ``--out``: efficiency.json, efficiency.md and
-efficiency.png (each atomically). A user error (no efficiency runs under a DIR, a curve mixing
-target domains or modes, two runs with the same percentage and seed, unreadable results.json):
-one line ``error: ...`` on stderr, exit status 2, nothing written.
+source domains per percentage. Written under ``--out`` (`robustnlu.efficiency.report`):
+efficiency.json, efficiency.md and efficiency.png (each atomically). A user error (no
+efficiency runs under a DIR, a curve mixing target domains or modes, two runs with the same
+percentage and seed, unreadable results.json): one line ``error: ...`` on stderr, exit status 2,
+nothing written.
 """
 
 from __future__ import annotations
@@ -33,10 +34,6 @@ from typing import Any
 import numpy as np
 
 from robustnlu.efficiency.curve import (
-    EXTRAPOLATION,
-    METRIC_AT_PERCENT,
-    NOT_INCREASING,
-    UNREACHABLE,
     CurveData,
     Point,
     PowerLaw,
@@ -44,11 +41,9 @@ from robustnlu.efficiency.curve import (
     answer_queries,
     fit_power_law,
 )
-from robustnlu.analysis.study import read_json_object, walk_run_dirs
+from robustnlu.efficiency.report import sentence, write_efficiency
 from robustnlu.errors import DataError, RobustNLUError, entry_point
-from robustnlu.io import atomic_write_json, atomic_write_text
-
-FILES = ("efficiency.json", "efficiency.md", "efficiency.png")
+from robustnlu.rundir import RunDir, finished_runs
 
 
 class EfficiencyError(RobustNLUError):
@@ -80,8 +75,8 @@ def _number(value: Any, path: Path, key: str) -> float:
     return float(value)
 
 
-def _parse(path: Path, metric: str) -> EfficiencyRun | None:
-    data = read_json_object(path)
+def _parse(run: RunDir, metric: str) -> EfficiencyRun | None:
+    path, data = run.results_file, run.results()
     eff = data.get("efficiency")
     if eff is None:
         return None
@@ -111,7 +106,7 @@ def _parse(path: Path, metric: str) -> EfficiencyRun | None:
     forgetting = eff.get("forgetting")
     if forgetting is not None and not isinstance(forgetting, dict):
         raise DataError(path, None, "efficiency.forgetting must be an object or null")
-    return EfficiencyRun(path.parent, str(eff["target"]), percent, str(eff.get("mode", "joint")), seed,
+    return EfficiencyRun(run.path, str(eff["target"]), percent, str(eff.get("mode", "joint")), seed,
                          100.0 * _number(value, path, f"metrics.test.{metric}"), sizes["subset_size"],
                          sizes["target_train_size"], forgetting)
 
@@ -121,20 +116,10 @@ def load_points(dirs: Sequence[Path], metric: str = "frame_acc") -> list[Efficie
     directory once, sorted by (percent, seed, path). results.json files without an
     ``"efficiency"`` key are skipped. Raises `EfficiencyError` for a path that is not a directory,
     `DataError` naming the file for unreadable JSON or a missing / malformed key."""
-    seen: set[Path] = set()
-    runs = []
-    for d in dirs:
-        d = Path(d)
+    for d in map(Path, dirs):
         if not d.is_dir():
             raise EfficiencyError(f"{d}: not a directory")
-        for path in (f / "results.json" for f in walk_run_dirs(d) if (f / "results.json").is_file()):
-            key = path.resolve()
-            if key in seen:
-                continue
-            seen.add(key)
-            run = _parse(path, metric)
-            if run is not None:
-                runs.append(run)
+    runs = [r for r in (_parse(run, metric) for run in finished_runs(dirs)) if r is not None]
     runs.sort(key=lambda r: (r.percent, r.seed, str(r.path)))
     return runs
 
@@ -270,122 +255,6 @@ def build_efficiency(groups: Sequence[tuple[str, Sequence[Path]]], reach: Sequen
         runs = sorted(unique.values(), key=lambda r: (r.percent, r.seed, str(r.path)))
         curves.append(_build_curve(label, dirs, runs, tuple(reach), tuple(at)))
     return EfficiencyStudy(curves, tuple(float(y) for y in reach), tuple(float(x) for x in at), metric)
-
-
-# --------------------------------------------------------------------------- rendering
-
-
-def _num(v: float) -> str:
-    return f"{v:g}" if float(v).is_integer() else f"{v:.2f}"
-
-
-def _metric_name(metric: str) -> str:
-    return "exact match" if metric == "frame_acc" else metric
-
-
-def sentence(curve: EfficiencyCurve, ans: QueryAnswer, metric: str) -> str:
-    """A stage-4 answer in the paper's words (section 2, "Model m requires x% of samples from
-    target domain d ... to achieve y% exact match")."""
-    name, d = _metric_name(metric), curve.target
-    caveats = []
-    if EXTRAPOLATION in ans.flags:
-        lo, hi = curve.data.fitted_range or (math.nan, math.nan)
-        caveats.append(f"extrapolated beyond the fitted range {_num(lo)}-{_num(hi)}%")
-    if NOT_INCREASING in ans.flags:
-        caveats.append("the fitted curve does not increase (a >= 0)")
-    tail = f" ({'; '.join(caveats)})" if caveats else ""
-    if UNREACHABLE in ans.flags:
-        c = curve.data.fit.c if curve.data.fit else math.nan
-        return (f"Model {curve.label} does not reach {_num(ans.asked)}% {name} on target domain {d} at any "
-                f"subset size: the fitted curve levels off at {c:.2f}%{tail}.")
-    samples = "" if ans.samples is None else f" ({ans.samples} samples)"
-    if ans.kind == METRIC_AT_PERCENT:
-        return (f"With {_num(ans.asked)}%{samples} of target domain {d}, model {curve.label} reaches "
-                f"{ans.answer:.2f}% {name}{tail}.")
-    return (f"Model {curve.label} requires {ans.answer:.2f}%{samples} of target domain {d} to reach "
-            f"{_num(ans.asked)}% {name}{tail}.")
-
-
-def to_json(study: EfficiencyStudy) -> dict[str, Any]:
-    out = {"metric": study.metric, "metric_unit": "% (test, x100)", "reach": list(study.reach),
-           "at": list(study.at), "function": "h(x) = a / x^b + c, fitted on the points with x > 0", "curves": []}
-    for c in study.curves:
-        fr = c.data.fitted_range
-        out["curves"].append({
-            "label": c.label, "target": c.target, "mode": c.mode, "target_train_size": c.target_train_size,
-            "dirs": [str(d) for d in c.dirs],
-            "points": [{"percent": r.percent, "seed": r.seed, "metric": r.metric, "subset_size": r.subset_size,
-                        "run_dir": str(r.path)} for r in c.runs],
-            "fit": None if c.data.fit is None else {**c.data.fit.to_dict(), "rmse": c.rmse},
-            "fitted_range": list(fr) if fr else None,
-            "seed_fits": {str(s): f.to_dict() for s, f in sorted(c.data.seed_fits.items())},
-            "queries": [{**a.to_dict(), "sentence": sentence(c, a, study.metric)} for a in c.data.answers],
-            "forgetting": {_num(p): v for p, v in c.forgetting.items()},
-            "notes": list(c.notes),
-        })
-    return out
-
-
-def to_markdown(study: EfficiencyStudy) -> str:
-    name = _metric_name(study.metric)
-    lines = ["# Data-efficiency study", "",
-             "Protocol of Desai et al. (2021), stages 3-4: h(x) = a / x^b + c fitted with "
-             "`scipy.optimize.curve_fit` on the (target subset %, test "
-             f"{name} %) points with x > 0, all seeds pooled (the 0% point is shown, not fitted); "
-             "x = h⁻¹(y) = ((y − c)/a)^(−1/b). Samples = x/100 · |target train|.", ""]
-    for c in study.curves:
-        lines += [f"## {c.label}", "",
-                  f"Target domain **{c.target}**, mode `{c.mode}`, |target train| = "
-                  f"{c.target_train_size if c.target_train_size is not None else 'unknown'}, "
-                  f"{len(c.runs)} runs from {', '.join(f'`{d}`' for d in c.dirs)}.", ""]
-        seeds = c.data.seeds
-        cell = {(r.percent, r.seed): r.metric for r in c.runs}
-        percents = sorted({r.percent for r in c.runs})
-        lines += [f"| subset % | " + " | ".join(f"seed {s}" for s in seeds) + " | mean |",
-                  "|---:|" + "---:|" * (len(seeds) + 1)]
-        for p in percents:
-            vals = [cell.get((p, s)) for s in seeds]
-            got = [v for v in vals if v is not None]
-            lines.append(f"| {_num(p)} | " + " | ".join("" if v is None else f"{v:.2f}" for v in vals)
-                         + f" | {np.mean(got):.2f} |")
-        lines.append("")
-        if c.data.fit is not None:
-            f = c.data.fit
-            lines.append(f"Pooled fit: h(x) = {f.a:.4f} / x^{f.b:.4f} + {f.c:.4f} (RMSE {c.rmse:.2f} points, "
-                         f"fitted on {_num(c.data.fitted_range[0])}-{_num(c.data.fitted_range[1])}%).")
-        else:
-            lines.append("Pooled fit: none.")
-        for s, f in sorted(c.data.seed_fits.items()):
-            lines.append(f"- seed {s}: h(x) = {f.a:.4f} / x^{f.b:.4f} + {f.c:.4f}")
-        lines.append("")
-        if c.data.answers:
-            lines += [f"- {sentence(c, a, study.metric)}" for a in c.data.answers] + [""]
-        if c.forgetting:
-            keys = sorted({k for v in c.forgetting.values() for k in v})
-            lines += ["Forgetting on the source domains (mean drop over seeds):", "",
-                      "| subset % | " + " | ".join(keys) + " |", "|---:|" + "---:|" * len(keys)]
-            lines += [f"| {_num(p)} | " + " | ".join(f"{v[k]:.4g}" if k in v else "" for k in keys) + " |"
-                      for p, v in c.forgetting.items()]
-            lines.append("")
-        if c.notes:
-            lines += ["Notes:", ""] + [f"- {n}" for n in c.notes] + [""]
-    lines += ["![data-efficiency curves](efficiency.png)", ""]
-    return "\n".join(lines)
-
-
-def write_efficiency(study: EfficiencyStudy, out_dir: Path) -> list[Path]:
-    """efficiency.json, efficiency.md and efficiency.png under ``out_dir``, each written
-    atomically, everything rendered before the first write. Returns the paths (`FILES`)."""
-    from robustnlu.efficiency.plot import plot_efficiency
-
-    out_dir = Path(out_dir)
-    payload, md = to_json(study), to_markdown(study)
-    label = f"test {_metric_name(study.metric)} (%)"
-    targets = sorted({c.target for c in study.curves})
-    png = plot_efficiency([c.data for c in study.curves], out_dir / "efficiency.png", label,
-                          title=f"target domain: {', '.join(targets)}")
-    return [atomic_write_json(out_dir / "efficiency.json", payload), atomic_write_text(out_dir / "efficiency.md", md),
-            png]
 
 
 def _groups(dirs: Sequence[Path], labels: Sequence[str] | None) -> list[tuple[str, list[Path]]]:

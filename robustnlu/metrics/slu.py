@@ -18,6 +18,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
+from robustnlu.metrics.registry import COUNTED, METRICS, PER_GROUP
 from robustnlu.metrics.spans import Span, extract_spans
 
 
@@ -87,43 +88,15 @@ def utterance_counts(
 
 #: Columns of a count row: `UtteranceCounts`, then the gold-intent index and the group id.
 COLUMNS = (*UtteranceCounts._fields, "gold_intent", "group")
-#: Metrics reported per group, and whether a higher value is better.
-GROUP_METRICS = {
-    "intent_acc": True,
-    "slot_f1": True,
-    "combined": True,
-    "semer": False,
-    "frame_acc": True,
-}
 NO_GROUP = -1
 
 
-def _slot_prf(correct: int, gold: int, pred: int) -> tuple[float, float, float]:
-    """Micro precision, recall and F1 computed as seqeval does (an undefined ratio is 0.0)."""
-    precision = correct / pred if pred else 0.0
-    recall = correct / gold if gold else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return precision, recall, f1
-
-
 def _scores(rows: Tensor) -> dict[str, float]:
-    """The section-5.1 metrics, SEMER and frame accuracy of a non-empty block of count rows."""
-    total = dict(zip(COLUMNS, rows.sum(dim=0).tolist()))
+    """Every counted metric (`robustnlu.metrics.registry.COUNTED`) of a non-empty block of count
+    rows, and ``n``."""
+    sums = dict(zip(COLUMNS, rows.sum(dim=0).tolist()))
     n = rows.shape[0]
-    intent_acc = total["intent_correct"] / n
-    precision, recall, f1 = _slot_prf(
-        total["correct_spans"], total["gold_spans"], total["pred_spans"]
-    )
-    return {
-        "intent_acc": intent_acc,
-        "slot_precision": precision,
-        "slot_recall": recall,
-        "slot_f1": f1,
-        "combined": (intent_acc + f1) / 2,
-        "semer": total["semer_errors"] / (total["gold_spans"] + n),
-        "frame_acc": total["frame_correct"] / n,
-        "n": float(n),
-    }
+    return {**{key: float(METRICS[key].formula(sums, n)) for key in COUNTED}, "n": float(n)}
 
 
 class SLUMetrics(Metric):
@@ -233,11 +206,10 @@ def _group_scores(rows: Tensor, group: Tensor) -> dict[str, float]:
     by_group = {g: _scores(rows[group == g]) for g in ids}
     result: dict[str, float] = {}
     for g, scores in by_group.items():
-        for name in (*GROUP_METRICS, "n"):
+        for name in (*PER_GROUP, "n"):
             result[f"group/{g}/{name}"] = scores[name]
-    for name, higher_is_better in GROUP_METRICS.items():
-        values = [scores[name] for scores in by_group.values()]
-        result[f"worst_group/{name}"] = min(values) if higher_is_better else max(values)
+    for name in PER_GROUP:
+        result[f"worst_group/{name}"] = METRICS[name].worst([scores[name] for scores in by_group.values()])
     # `ids` is sorted, and min() keeps the first of equal values: the smallest id on a tie.
     result["worst_group/combined_id"] = float(min(ids, key=lambda g: by_group[g]["combined"]))
     return result

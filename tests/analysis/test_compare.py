@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from robustnlu.analysis.compare import main, relative_change
+from robustnlu.analysis.compare import main
+from robustnlu.metrics.registry import relative_change
 
 
 def write_run(folder, method, combined_test, combined_valid=0.9):

@@ -21,10 +21,11 @@ from robustnlu.analysis import reproduction  # noqa: E402
 from robustnlu.analysis.significance import (  # noqa: E402
     approximate_randomization,
     counts_array,
-    load_predictions,
     metric_from_sums,
 )
-from robustnlu.analysis.study import MIN_CLUSTER_SIZE, Run, worst_cluster  # noqa: E402
+from robustnlu.analysis.reproduction_tables import valid_curve  # noqa: E402
+from robustnlu.analysis.runs import MIN_CLUSTER_SIZE, Run, worst_cluster  # noqa: E402
+from robustnlu.rundir import read_predictions  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "reproduction_record"
 # rows (of 50) each method gets right: ERM 20%, TopK 60% (better), TopK-Group 20% on other rows, TopK-AE none
@@ -171,8 +172,8 @@ def test_table10_is_ermss_mean_test_minus_valid(records, report):
 
 def _significant(records: Path, name: str, erm_name: str) -> tuple[bool, bool]:
     """(significantly better, significantly worse) on COMBINED by a direct test of the pair."""
-    result = approximate_randomization(load_predictions(records / name / "predictions" / "test.jsonl.gz"),
-                                       load_predictions(records / erm_name / "predictions" / "test.jsonl.gz"),
+    result = approximate_randomization(read_predictions(records / name / "predictions" / "test.jsonl.gz"),
+                                       read_predictions(records / erm_name / "predictions" / "test.jsonl.gz"),
                                        "combined", rounds=10_000, seed=0)
     return result.p_value < 0.05 and result.difference > 0, result.p_value < 0.05 and result.difference < 0
 
@@ -221,7 +222,7 @@ def test_k_search_table_and_chosen_k(report):
 
 def test_erm_curve_leaves_out_the_evaluation_after_training(records):
     run = reproduction.read_records(records).runs[reproduce.Run("snips", "slot_value", False, "ood", "erm", 1).name]
-    assert reproduction.valid_curve(run) == pytest.approx([100 * (v + 0.01) for v in EPOCH_CURVE])
+    assert valid_curve(run) == pytest.approx([100 * (v + 0.01) for v in EPOCH_CURVE])
 
 
 def test_drift_table_reads_split_stats(records, report):

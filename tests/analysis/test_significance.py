@@ -3,8 +3,6 @@ exact permutation test, pairing by uid, loading predictions."""
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import random
 import warnings
@@ -15,17 +13,15 @@ from seqeval.metrics import f1_score
 
 from robustnlu.analysis import significance as sig
 from robustnlu.analysis.significance import (
-    METRICS,
     PairedCounts,
     approximate_randomization,
     counts_array,
     exact_permutation_test,
     family_wise_error,
-    load_predictions,
     metric_from_sums,
     paired_counts,
 )
-from robustnlu.errors import DataError
+from robustnlu.metrics.registry import PER_GROUP
 from robustnlu.metrics.slu import SLUMetrics
 
 INTENTS = ("play", "weather", "book")
@@ -75,7 +71,7 @@ def from_counts(rows, name: str) -> float:
 def test_metrics_from_summed_counts_equal_slumetrics_and_seqeval(seed):
     rows = random_rows(random.Random(seed), 40 + seed)
     expected = slu_compute(rows)
-    for name in METRICS:
+    for name in PER_GROUP:
         assert from_counts(rows, name) == pytest.approx(expected[name], abs=1e-12), name
     seqeval_f1 = f1_score([r["gold_tags"] for r in rows], [r["pred_tags"] for r in rows])
     assert from_counts(rows, "slot_f1") == pytest.approx(seqeval_f1, abs=1e-12)
@@ -94,7 +90,7 @@ def test_metric_from_sums_is_vectorised_over_leading_axes():
     rows = random_rows(random.Random(7), 30)
     sums = counts_array(rows).sum(axis=0)
     stacked = np.stack([sums, sums])
-    for name in METRICS:
+    for name in PER_GROUP:
         values = metric_from_sums(name, stacked, len(rows))
         assert values.shape == (2,) and values[0] == values[1] == from_counts(rows, name)
 
@@ -147,7 +143,7 @@ def test_approximate_randomization_agrees_with_the_exact_test(name, seed):
 def test_identical_systems_have_p_one():
     a, _ = pair(25, seed=2)
     b = [dict(row) for row in reversed(a)]  # same predictions, other order
-    for name in METRICS:
+    for name in PER_GROUP:
         assert approximate_randomization(a, b, name, rounds=200).p_value == 1.0
         assert exact_permutation_test(a, b, name).p_value == 1.0
 
@@ -222,39 +218,3 @@ def test_family_wise_error_of_the_core_paper():
     assert round(family_wise_error(0.05, 4), 3) == 0.185
     assert family_wise_error(0.05, 1) == pytest.approx(0.05)
     assert family_wise_error(0.05, 0) == 0.0
-
-
-def test_load_predictions_reads_a_run_and_names_malformed_lines(tmp_path):
-    a, _ = pair(3, seed=1)
-    run = tmp_path / "run"
-    (run / "predictions").mkdir(parents=True)
-    path = run / "predictions" / "test.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in a) + "\n")
-    assert load_predictions(run) == a
-    assert load_predictions(path) == a
-    with pytest.raises(DataError, match="valid.jsonl: no valid predictions"):
-        load_predictions(run, split="valid")
-    bad_rows = {
-        "{not json": "invalid JSON",
-        json.dumps({**a[0], "uid": "x", "pred_tags": ["O"] * 9}): "9 predicted tags",
-        json.dumps({k: v for k, v in a[0].items() if k != "gold_intent"}): "missing key",
-        json.dumps(a[0]): "already on line 1",
-    }
-    for line, problem in bad_rows.items():
-        path.write_text(json.dumps(a[0]) + "\n" + line + "\n")
-        with pytest.raises(DataError, match=problem) as info:
-            load_predictions(run)
-        assert str(info.value).startswith(f"{path}:2: ")
-
-
-def test_load_predictions_reads_a_compact_record_gzipped(tmp_path):
-    """A record of `robustnlu.reproduce` keeps ``predictions/<split>.jsonl.gz``; the plain file wins."""
-    a, b = pair(3, seed=2)
-    run = tmp_path / "record"
-    (run / "predictions").mkdir(parents=True)
-    gz = run / "predictions" / "test.jsonl.gz"
-    gz.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in a).encode()))
-    assert load_predictions(run) == a
-    assert load_predictions(gz) == a
-    (run / "predictions" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in b))
-    assert load_predictions(run) == b

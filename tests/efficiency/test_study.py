@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from robustnlu.efficiency.curve import UNREACHABLE, PowerLaw, fit_power_law
-from robustnlu.efficiency.study import EfficiencyError, build_efficiency, load_points, main, write_efficiency
+from robustnlu.efficiency.report import write_efficiency
+from robustnlu.efficiency.study import EfficiencyError, build_efficiency, load_points, main
 from robustnlu.errors import DataError
 
 TRAIN_SIZE = 23032

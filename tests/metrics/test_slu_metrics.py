@@ -18,7 +18,7 @@ from robustnlu.metrics import (
     semer_slot_errors,
     utterance_counts,
 )
-from robustnlu.metrics.slu import GROUP_METRICS
+from robustnlu.metrics.registry import METRICS, PER_GROUP
 
 BIO_TAGS = ["O", "B-a", "I-a", "B-b", "I-b"]
 INTENTS = ["play", "weather", "book"]
@@ -272,11 +272,11 @@ def test_group_metrics_equal_a_metric_fed_only_that_group():
     for g in (0, 1):
         idx = [i for i, x in enumerate(corpus["groups"]) if x == g]
         per_group[g] = feed(SLUMetrics(INTENTS), corpus, idx).compute()
-        for name in (*GROUP_METRICS, "n"):
+        for name in (*PER_GROUP, "n"):
             assert result[f"group/{g}/{name}"] == pytest.approx(per_group[g][name], abs=1e-12)
     assert not any(k.startswith("group/-1/") for k in result)
-    for name, higher_is_better in GROUP_METRICS.items():
-        pick = min if higher_is_better else max
+    for name in PER_GROUP:
+        pick = min if METRICS[name].higher_is_better else max
         assert result[f"worst_group/{name}"] == pick(per_group[g][name] for g in (0, 1))
     worst = min((0, 1), key=lambda g: per_group[g]["combined"])
     assert result["worst_group/combined_id"] == worst

@@ -1,0 +1,256 @@
+"""The reproduction report's tables (`robustnlu.analysis.reproduction` says what each computes),
+as Markdown (`robustnlu.tables`): Table 10 beside the paper's, Tables 11-12 per method, the k
+search, ERM's valid curves, the splits, the worst cluster, the settings and the hardware."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from robustnlu.analysis import paper_results as paper
+from robustnlu.analysis.records import Design, Records
+from robustnlu.analysis.runs import BASELINE, MIN_CLUSTER_SIZE, Run, method_order, worst_cluster
+from robustnlu.analysis.statistics import MethodStats
+from robustnlu.metrics.registry import METRICS, REPRODUCTION_SUMMARY, relative_change
+from robustnlu.tables import fmt, markdown
+
+
+def _pct(metrics: dict[str, Any], key: str) -> float:
+    return 100.0 * float(metrics[key])
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if len(values) else math.nan
+
+
+def table10(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """Per (dataset, drift kind, full/partial) of ERM's runs: n runs and the mean test − valid
+    change in points of intent_acc, slot_f1, combined; the paper's acc / f1 beside (None if the
+    paper has no cell)."""
+    cells: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
+    for run in runs:
+        if run.method == BASELINE:
+            s = run.scenario
+            cells[(s.dataset, s.drift, s.amount)].append(run)
+    rows = []
+    for key in sorted(cells):
+        members = cells[key]
+        row: dict[str, Any] = {"dataset": key[0], "drift": key[1], "amount": key[2], "n": len(members)}
+        for metric in ("intent_acc", "slot_f1", "combined"):
+            row[metric] = _mean([_pct(r.results["metrics"]["test"], metric)
+                                 - _pct(r.results["metrics"]["valid"], metric) for r in members])
+        theirs = paper.TABLE10.get(key)
+        row["paper_acc"], row["paper_f1"] = (theirs["acc"], theirs["f1"]) if theirs else (None, None)
+        rows.append(row)
+    return rows
+
+
+def _paper_cell(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.1f}"
+
+
+def table10_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    return markdown(["dataset", "drift", "amount", "runs", "acc (ours)", "acc (paper)", "F1 (ours)", "F1 (paper)",
+                      "COMBINED (ours)"],
+                     [[r["dataset"], r["drift"], r["amount"], r["n"], fmt(r["intent_acc"], sign=True),
+                       _paper_cell(r["paper_acc"]), fmt(r["slot_f1"], sign=True), _paper_cell(r["paper_f1"]),
+                       fmt(r["combined"], sign=True)] for r in rows])
+
+
+def method_label(stats: MethodStats) -> str:
+    """Our name (with k) and the paper's, e.g. ``topk (k=4) = TOPK``."""
+    config = stats.runs[0].results.get("config", {}).get("method", {})
+    k = config.get("k")
+    theirs = paper.paper_method(stats.method, config.get("assignment"))
+    return f"{stats.method}" + (f" (k={k})" if k is not None else "") + (f" = {theirs}" if theirs else "")
+
+
+def method_summary(stats: Sequence[MethodStats], counts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tables 11-12 (module docstring): one row per method, ERM first."""
+    erm = {s.scenario: s for s in stats if s.method == BASELINE}
+    compared = sorted({s.scenario for s in stats if s.method != BASELINE and s.scenario in erm})
+    all_counts = {r["method"]: r for r in counts if r["group"] == "all"}
+    rows = []
+    for method in sorted({s.method for s in stats}, key=method_order):
+        mine = [s for s in stats if s.method == method and s.scenario in erm
+                and (method != BASELINE or s.scenario in compared)]
+        if not mine:
+            continue
+        row: dict[str, Any] = {"method": method, "label": method_label(mine[0]), "scenarios": len(mine),
+                               "runs": sum(s.n for s in mine)}
+        for key in REPRODUCTION_SUMMARY:
+            row[key] = _mean([s.stats[key][0] for s in mine])
+            base = _mean([erm[s.scenario].stats[key][0] for s in mine])
+            row[f"{key}_pct"] = relative_change(row[key], base) if method != BASELINE else math.nan
+        c = all_counts.get(method)
+        row["better"], row["worse"], row["tested"] = (c["better"], c["worse"], c["scenarios"]) if c else (None, None, 0)
+        config = mine[0].runs[0].results.get("config", {}).get("method", {})
+        row["paper"] = paper.paper_method(method, config.get("assignment"))
+        rows.append(row)
+    return rows
+
+
+def summary_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    md_rows = []
+    for r in rows:
+        t12 = paper.TABLE12_SNIPS.get(r["paper"], {})
+        t14 = paper.TABLE14_SNIPS_FULL.get(r["paper"], {})
+        base = r["method"] == BASELINE
+        md_rows.append([
+            r["label"], r["scenarios"], r["runs"],
+            *[x for key in REPRODUCTION_SUMMARY
+              for x in (fmt(r[key]), "" if base else fmt(r[f"{key}_pct"], sign=True))],
+            "" if base or r["better"] is None else f"{r['better']} / {r['worse']} of {r['tested']}",
+            fmt(t12.get("combined"), 1), "" if base else fmt(t12.get("combined_pct"), 1, sign=True),
+            "" if base or "better" not in t12 else f"{t12['better']} / {t12['worse']} of 8",
+            "" if base else fmt(t14.get("combined_pct"), 1, sign=True),
+            "" if base else fmt(t14.get("semer_pct"), 1, sign=True),
+            "" if base or "better" not in t14 else f"{t14['better']} / {t14['worse']} of 4",
+        ])
+    head = ["method", "scenarios", "runs"]
+    for key in REPRODUCTION_SUMMARY:
+        head += [f"{METRICS[key].title} %", f"{METRICS[key].title} vs ERM %"]
+    head += ["sig. better / worse than ERM", "paper T12 COMBINED", "paper T12 vs ERM %", "paper T12 better / worse",
+             "paper T14 full COMBINED vs ERM %", "paper T14 full SEMER vs ERM %", "paper T14 full better / worse"]
+    return markdown(head, md_rows)
+
+
+# --------------------------------------------------------------------------- k search, curves
+
+
+def k_search_table(records: Records, design: Design) -> str:
+    grid = sorted({k for ks in design.k_search.values() for k in ks})
+    rows = []
+    for method in sorted(design.k_search):
+        cells = []
+        for k in grid:
+            run = records.runs.get(design.k_search[method].get(k, ""))
+            cells.append(fmt(_pct(run.results["metrics"]["valid"], "combined")) if run else "not recorded")
+        chosen = design.chosen_k.get(method)
+        rows.append([method, *cells, chosen if chosen is not None else "pending"])
+    return markdown(["method", *[f"k={k} valid COMBINED %" for k in grid], "chosen k"], rows)
+
+
+def valid_curve(run: Run) -> list[float]:
+    """Valid COMBINED (%) after each training epoch, from the run's ``metrics.csv`` (the last
+    valid row of each epoch below ``epochs_trained``; the row logged after training is the
+    final evaluation, not an epoch)."""
+    path = run.dir.metrics_csv
+    if not path.is_file():
+        return []
+    by_epoch: dict[int, float] = {}
+    with path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row.get("valid/combined"):
+                by_epoch[int(row["epoch"])] = 100.0 * float(row["valid/combined"])
+    trained = int(run.results.get("epochs_trained") or len(by_epoch))
+    return [by_epoch[e] for e in sorted(by_epoch) if e < trained]
+
+
+def valid_curves_markdown(runs: Sequence[Run]) -> str:
+    curves = {r.path.name: valid_curve(r) for r in runs}
+    width = max([len(c) for c in curves.values()], default=0)
+    rows = []
+    for name, curve in curves.items():
+        last = fmt(curve[-1] - curve[-2], sign=True) if len(curve) > 1 else ""
+        rows.append([name, *[fmt(v) for v in curve] + [""] * (width - len(curve)), last])
+    return markdown(["run", *[f"epoch {e + 1}" for e in range(width)], "last − previous (points)"], rows)
+
+
+# --------------------------------------------------------------------------- splits, clusters
+
+
+def drift_table(runs: Sequence[Run]) -> str:
+    """One row per scenario: the split of its first record (by name); a scenario whose records
+    disagree on the split (split_key) is marked."""
+    by_scenario: dict[Any, list[Run]] = defaultdict(list)
+    for run in runs:
+        by_scenario[run.scenario].append(run)
+    rows = []
+    for scenario in sorted(by_scenario):
+        members = sorted(by_scenario[scenario], key=lambda r: r.path.name)
+        drift = members[0].results["drift"]
+        stats = drift.get("split_stats", {})
+        splits = stats.get("splits", {})
+        keys = {r.results["drift"].get("split_key") for r in members}
+        cells = []
+        for split in ("train", "valid", "test"):
+            s = splits.get(split, {})
+            cells += [s.get("size", ""), fmt(s.get("percent_drift"), 1)]
+        pad = stats.get("proxy_a_distance", {})
+        clusters = stats.get("clusters", {})
+        rows.append([scenario.dataset, scenario.drift, scenario.amount, scenario.validation, *cells,
+                     clusters.get("count", ""), clusters.get("test", ""), fmt(pad.get("train_vs_test"), 3),
+                     "yes" if len(keys) == 1 else f"NO: {len(keys)} splits"])
+    return markdown(["dataset", "drift", "amount", "validation", "train", "train % drift", "valid", "valid % drift",
+                      "test", "test % drift", "clusters", "test clusters", "proxy A-dist. train/test",
+                      "same split in every record"], rows)
+
+
+def worst_cluster_table(stats: Sequence[MethodStats], min_size: int = MIN_CLUSTER_SIZE) -> str:
+    """Per scenario and method: worst-cluster test COMBINED over clusters of ≥ ``min_size`` test
+    utterances (mean over the runs), the qualifying clusters (of all test clusters; the same in
+    every run of a scenario: the first run's), and the worst over all clusters for contrast."""
+    rows = []
+    for s in stats:
+        test_metrics = [r.results["metrics"]["test"] for r in s.runs]
+        floor = [worst_cluster(m, "combined", min_size) for m in test_metrics]
+        anything = [worst_cluster(m, "combined", 1)[0] for m in test_metrics]
+        if not floor[0][2]:
+            continue
+        kept = [100 * v for v, _, _ in floor if v is not None]
+        rows.append([s.scenario.dataset, s.scenario.label, method_label(s), s.n, fmt(_mean(kept)),
+                     f"{floor[0][1]} of {floor[0][2]}",
+                     fmt(_mean([100 * v for v in anything if v is not None]))])
+    return markdown(["dataset", "scenario", "method", "runs", f"worst-cluster COMBINED % (≥ {min_size} test utt.)",
+                      f"clusters ≥ {min_size} test utt. (of those in test)", "worst over all clusters %"], rows)
+
+
+# --------------------------------------------------------------------------- budget, hardware
+
+
+CONFIG_KEYS = (("encoder", "kind"), ("encoder", "name"), ("optimizer", "name"), ("optimizer", "lr"),
+               ("optimizer", "weight_decay"), ("optimizer", "warmup_steps"), ("data", "batch_size"),
+               ("model", "crf"), ("model", "intent_loss_scale"), ("trainer", "max_epochs"), ("trainer", "precision"),
+               ("callbacks", "early_stopping", "patience"), ("selection", "name"), ("drift", "clusters"),
+               ("drift", "seed"))
+
+
+def _lookup(config: dict[str, Any], path: Sequence[str]) -> Any:
+    for key in path:
+        if not isinstance(config, dict) or key not in config:
+            return "—"
+        config = config[key]
+    return config
+
+
+def settings_markdown(records: Records) -> str:
+    """Each setting's values over all records, with how many runs had each."""
+    rows = []
+    for path in CONFIG_KEYS:
+        values = Counter(str(_lookup(r.results.get("config", {}), path)) for r in records.runs.values())
+        rows.append([".".join(path), ", ".join(f"`{v}` ({n})" for v, n in sorted(values.items()))])
+    epochs = Counter(str(r.results.get("epochs_trained")) for r in records.runs.values())
+    rows.append(["epochs trained", ", ".join(f"{v} ({n})" for v, n in sorted(epochs.items()))])
+    return markdown(["setting", "value (runs)"], rows)
+
+
+def hardware_markdown(records: Records) -> str:
+    """Per part (as ``meta.json`` records it): runs, wall time, hardware."""
+    part_of = {name: str(records.meta[name].get("part", "?")) for name in records.runs}
+    rows = []
+    for part in sorted(set(part_of.values())):
+        names = [n for n in records.runs if part_of[n] == part]
+        walls = [float(records.meta[n]["wall_time_s"]) for n in names if "wall_time_s" in records.meta[n]]
+        machines = Counter(f"{records.meta[n].get('cpu', '?')}, {records.meta[n].get('cores', '?')} cores"
+                           for n in names)
+        rows.append([part, len(names), fmt(sum(walls) / 3600, 1) if walls else "",
+                     fmt(float(np.median(walls)) / 60, 1) if walls else "",
+                     "; ".join(f"{m} ({n})" for m, n in sorted(machines.items()))])
+    return markdown(["part", "runs recorded", "wall time (hours)", "median per run (minutes)", "hardware (runs)"],
+                     rows)

@@ -1,0 +1,179 @@
+"""The runs a report reads (`discover`, via `robustnlu.rundir`), their scenario and their metrics.
+
+Scenario = (dataset, drift kind, partial, validation): per dataset {slot value, slot context}
+drift × {full, partial} × {i.i.d., o.o.d.} validation = 8 scenarios (core paper section 5). A
+*model* is one finished run (a directory holding ``results.json``); the paper averages four
+models per method and scenario (two hyperparameter settings × two seeds). Runs that did not
+finish (``status.json`` says failed, interrupted or running, or there is no ``results.json``)
+are listed as `Incomplete`.
+
+The worst-cluster figures count only test clusters of at least ``min_cluster_size`` utterances
+(default `MIN_CLUSTER_SIZE` = 10), so that clusters of 1-2 test utterances do not decide them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from robustnlu.errors import DataError, RobustNLUError
+from robustnlu.metrics.registry import PER_GROUP, metric
+from robustnlu.rundir import RunDir, walk
+
+BASELINE = "erm"
+#: Smallest SeqDrift cluster (test utterances) the worst-cluster figures consider. Without a floor,
+#: clusters of 1-2 test utterances decide them (issue 17: on a real ATIS grid the worst-cluster
+#: COMBINED read 0.00 in every slot-context and 50.00 in every slot-value scenario, for every
+#: method). 10: the paper's groups are "as little as 10 examples" (core paper section 5.2, Discussion).
+MIN_CLUSTER_SIZE = 10
+
+
+class StudyError(RobustNLUError):
+    """Input a report cannot be built from (names the directory)."""
+
+
+@dataclass(frozen=True, order=True)
+class Scenario:
+    dataset: str
+    drift: str
+    partial: bool
+    validation: str
+
+    @property
+    def amount(self) -> str:
+        return "partial" if self.partial else "full"
+
+    @property
+    def label(self) -> str:
+        """e.g. ``slot_context full iid`` (the dataset not included)."""
+        return f"{self.drift} {self.amount} {self.validation}"
+
+
+def scenario_of(results: dict[str, Any]) -> Scenario:
+    """The scenario of a run, read from its ``results.json`` (dataset and drift)."""
+    drift = results["drift"]
+    return Scenario(str(results["dataset"]), str(drift["kind"]), bool(drift.get("partial", False)),
+                    str(drift.get("validation", "")))
+
+
+@dataclass(frozen=True)
+class Run:
+    path: Path
+    results: dict[str, Any]
+
+    @property
+    def method(self) -> str:
+        return str(self.results["method"])
+
+    @property
+    def seed(self) -> int:
+        return int(self.results["seed"])
+
+    @property
+    def scenario(self) -> Scenario:
+        return scenario_of(self.results)
+
+    @property
+    def dir(self) -> RunDir:
+        return RunDir(self.path)
+
+    def value(self, key: str, min_cluster_size: int = MIN_CLUSTER_SIZE) -> float | None:
+        """A test metric (``drop``: valid − test COMBINED; ``worst_group/<m>``: over the clusters
+        of at least ``min_cluster_size`` test utterances, `worst_cluster`), None if the run lacks it."""
+        metrics = self.results["metrics"]
+        if key == "drop":
+            return float(metrics["valid"]["combined"]) - float(metrics["test"]["combined"])
+        if key.startswith("worst_group/"):
+            return worst_cluster(metrics["test"], key.removeprefix("worst_group/"), min_cluster_size)[0]
+        value = metrics["test"].get(key)
+        return None if value is None else float(value)
+
+
+def worst_cluster(metrics: dict[str, Any], key: str = "combined",
+                  min_size: int = MIN_CLUSTER_SIZE) -> tuple[float | None, int, int]:
+    """(worst ``key``, qualifying clusters, all clusters) of one split's metrics: the minimum
+    (for semer the maximum) of ``group/<id>/<key>`` over the clusters whose ``group/<id>/n`` is
+    at least ``min_size`` (as `SLUMetrics` writes them); the worst is None if no cluster qualifies."""
+    if key not in PER_GROUP:
+        raise ValueError(f"unknown cluster metric {key!r}; one of {', '.join(PER_GROUP)}")
+    sizes = {k.split("/")[1]: float(v) for k, v in metrics.items() if k.startswith("group/") and k.endswith("/n")}
+    values = [float(metrics[f"group/{g}/{key}"]) for g, n in sorted(sizes.items()) if n >= min_size]
+    if not values:
+        return None, 0, len(sizes)
+    return metric(key).worst(values), len(values), len(sizes)
+
+
+@dataclass(frozen=True)
+class Incomplete:
+    """A run directory without ``results.json``: state ``failed``, ``running`` (unfinished or
+    killed) or what ``status.json`` says; ``error`` as the run recorded it."""
+
+    path: Path
+    state: str
+    error: str | None
+
+
+def discover(paths: Sequence[Path]) -> tuple[list[Run], list[Incomplete]]:
+    """Finished runs (``results.json``) and incomplete ones (``status.json`` only) found
+    recursively under ``paths`` (`robustnlu.rundir.walk`), each once, sorted by path. Raises
+    `StudyError` naming the first path that does not exist or holds neither; `DataError` for an
+    unreadable JSON file."""
+    seen: set[Path] = set()
+    runs: list[Run] = []
+    incomplete: list[Incomplete] = []
+    for path in paths:
+        path = Path(path)
+        if not path.is_dir():
+            raise StudyError(f"{path}: not a directory")
+        found = 0
+        for run_dir in walk(path):
+            found += 1
+            key = run_dir.path.resolve()
+            if key in seen:
+                continue
+            seen.add(key)
+            if run_dir.finished():
+                runs.append(Run(run_dir.path, run_dir.results()))
+            else:
+                info = run_dir.status()
+                state = str(info.get("state", "unknown"))
+                if state == "finished":
+                    state = "finished without results.json"
+                incomplete.append(Incomplete(run_dir.path, state, info.get("error")))
+        if not found:
+            raise StudyError(f"{path}: no runs found (no results.json or status.json below it)")
+    if not runs:
+        raise StudyError(f"{', '.join(map(str, paths))}: no finished runs (no results.json), "
+                         f"only {len(incomplete)} failed or unfinished")
+    runs.sort(key=lambda r: str(r.path))
+    incomplete.sort(key=lambda r: str(r.path))
+    return runs, incomplete
+
+
+def check_results(runs: Iterable[Run]) -> None:
+    """`DataError` naming the first ``results.json`` that lacks a key a report reads."""
+    for run in runs:
+        for key in ("dataset", "method", "seed", "drift", "metrics"):
+            if key not in run.results:
+                raise DataError(run.dir.results_file, None, f"missing key {key!r}")
+
+
+def group_runs(runs: Iterable[Run]) -> dict[Scenario, dict[str, list[Run]]]:
+    """Scenario → method → its runs (sorted by seed, then path); scenarios sorted, ERM first."""
+    grouped: dict[Scenario, dict[str, list[Run]]] = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        grouped[run.scenario][run.method].append(run)
+    out = {}
+    for scenario in sorted(grouped):
+        methods = grouped[scenario]
+        out[scenario] = {m: sorted(methods[m], key=lambda r: (r.seed, str(r.path)))
+                         for m in sorted(methods, key=method_order)}
+    return out
+
+
+def method_order(method: str) -> tuple[bool, str]:
+    """Sort key of methods: ERM (the baseline) first, then by name."""
+    return method != BASELINE, method

@@ -1,0 +1,149 @@
+"""The one registry of the metrics robustnlu reports: per key its title, whether higher is better,
+its unit and, for a corpus metric, its formula from summed per-utterance counts (core paper
+section 5.1 and Appendix D; `robustnlu.metrics.slu.UtteranceCounts` are the counts).
+
+Every table, summary, figure, significance test and run summary reads its metrics from here: the
+tuples at the end say which metrics each of them shows, in order. Adding a metric: a `Metric` in
+`METRICS` (with a formula if it derives from counts: then its count goes into `UtteranceCounts`)
+and its key in the tuples of the tables that should show it.
+
+A formula takes ``sums`` (count name → sum over the utterances: a number, or a numpy array for
+many sums at once, e.g. one per shuffle of a randomization test) and ``n`` (the number of
+utterances), and computes with numpy, so that one definition serves `SLUMetrics` and the
+vectorised significance tests alike. An undefined ratio is 0.0, as seqeval's default
+``zero_division="warn"`` makes it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Sums = Mapping[str, Any]
+
+
+def _ratio(numerator: Any, denominator: Any) -> np.ndarray:
+    """numerator / denominator where the denominator is positive, else 0.0."""
+    numerator, denominator = np.asarray(numerator), np.asarray(denominator)
+    positive = denominator > 0
+    return np.where(positive, numerator / np.where(positive, denominator, 1), 0.0)
+
+
+def slot_precision(sums: Sums, n: int) -> np.ndarray:
+    return _ratio(sums["correct_spans"], sums["pred_spans"])
+
+
+def slot_recall(sums: Sums, n: int) -> np.ndarray:
+    return _ratio(sums["correct_spans"], sums["gold_spans"])
+
+
+def slot_f1(sums: Sums, n: int) -> np.ndarray:
+    """Micro span F1 as seqeval computes it: 2PR / (P + R), 0.0 if P + R = 0."""
+    precision, recall = slot_precision(sums, n), slot_recall(sums, n)
+    return _ratio(2 * precision * recall, precision + recall)
+
+
+def intent_acc(sums: Sums, n: int) -> np.ndarray:
+    return np.asarray(sums["intent_correct"]) / n
+
+
+def combined(sums: Sums, n: int) -> np.ndarray:
+    """COMBINED-IC-SF (core paper section 5.1): (intent_acc + slot_f1) / 2."""
+    return (intent_acc(sums, n) + slot_f1(sums, n)) / 2
+
+
+def semer(sums: Sums, n: int) -> np.ndarray:
+    """SEMER (App. D): Σ (slot substitutions + deletions + insertions + intent error) / Σ (gold spans + 1)."""
+    return np.asarray(sums["semer_errors"]) / (np.asarray(sums["gold_spans"]) + n)
+
+
+def frame_acc(sums: Sums, n: int) -> np.ndarray:
+    """Intent correct and predicted spans == gold spans (exact match)."""
+    return np.asarray(sums["frame_correct"]) / n
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One reported metric.
+
+    ``title``: its column title; ``higher_is_better``: its direction (SEMER and the drop: lower
+    is better); ``unit``: what a table shows (``%``: the value × 100; ``points``: a difference of
+    such values); ``words``: how prose names it; ``abbrev``: the short label of the noise tables
+    (Krone et al., paper 002, Table 4); ``formula``: from summed counts (module docstring), None
+    for a metric derived otherwise (e.g. over intents or clusters, or across splits).
+    """
+
+    key: str
+    title: str
+    higher_is_better: bool = True
+    unit: str = "%"
+    words: str | None = None
+    abbrev: str | None = None
+    formula: Callable[[Sums, int], np.ndarray] | None = None
+
+    def better(self, a: float, b: float) -> bool:
+        """Whether ``a`` is strictly better than ``b``."""
+        return a > b if self.higher_is_better else a < b
+
+    def worst(self, values):
+        """The worst of ``values`` (the minimum, the maximum where lower is better)."""
+        return min(values) if self.higher_is_better else max(values)
+
+
+METRICS: dict[str, Metric] = {m.key: m for m in (
+    Metric("intent_acc", "intent acc", abbrev="IC", formula=intent_acc),
+    Metric("slot_precision", "slot precision", formula=slot_precision),
+    Metric("slot_recall", "slot recall", formula=slot_recall),
+    Metric("slot_f1", "slot F1", abbrev="SL", formula=slot_f1),
+    Metric("combined", "COMBINED", formula=combined),
+    Metric("semer", "SEMER", higher_is_better=False, formula=semer),
+    Metric("frame_acc", "frame acc", words="exact match", abbrev="EM", formula=frame_acc),
+    Metric("ma_intent_combined", "MA INT. COMBINED"),
+    Metric("worst_group/combined", "worst-cluster COMBINED"),
+    Metric("drop", "drop valid→test COMBINED", higher_is_better=False, unit="points"),
+)}
+
+#: `SLUMetrics`' corpus metrics computed from counts, in the order of its result
+COUNTED = tuple(k for k, m in METRICS.items() if m.formula is not None)
+#: reported per group (``group/<id>/<m>``, ``worst_group/<m>``) and testable by approximate randomization
+PER_GROUP = ("intent_acc", "slot_f1", "combined", "semer", "frame_acc")
+#: the study's Table 10 (`robustnlu.analysis.tables.table10`), in order
+TABLE10 = ("intent_acc", "slot_f1", "combined", "semer", "ma_intent_combined", "worst_group/combined", "drop")
+#: tested against ERM in the study; the first decides the counts (the paper's main metric)
+TESTED = ("combined", "intent_acc", "slot_f1", "semer")
+#: ``python -m robustnlu.analysis.compare``'s columns
+COMPARE = ("combined", "intent_acc", "slot_f1", "semer", "frame_acc")
+#: the summary a training run prints (`robustnlu.train.summary_table`)
+RUN_SUMMARY = ("intent_acc", "slot_f1", "combined", "semer", "frame_acc", "ma_intent_combined")
+#: the reproduction report's Tables 11-12
+REPRODUCTION_SUMMARY = ("combined", "semer", "ma_intent_combined")
+#: a model on noisy control / treatment pairs (Krone et al., paper 002, Table 4)
+NOISE = ("intent_acc", "slot_f1", "frame_acc")
+#: the noise effects (drop, gain, residual, clean cost) reported, as paper 002's headline numbers
+NOISE_EFFECTS = ("intent_acc", "slot_f1")
+
+
+def metric(key: str) -> Metric:
+    """The `Metric` of ``key``; ValueError naming the known keys otherwise."""
+    try:
+        return METRICS[key]
+    except KeyError:
+        raise ValueError(f"unknown metric {key!r}; one of {', '.join(METRICS)}") from None
+
+
+def in_words(key: str) -> str:
+    """How prose names the metric ``key``: its ``words``, else the key itself (also for a key
+    that is not registered, e.g. a per-group metric)."""
+    return (METRICS[key].words if key in METRICS else None) or key
+
+
+def relative_change(value: float, baseline: float) -> float:
+    """(value − baseline) / baseline in % (the core paper's "%" columns, Tables 11-14); NaN if
+    undefined (a NaN, or a zero baseline)."""
+    if math.isnan(value) or math.isnan(baseline) or baseline == 0:
+        return math.nan
+    return 100.0 * (value - baseline) / baseline

@@ -1,0 +1,213 @@
+"""A run directory and what is in it: the one place that knows its layout, and how run
+directories are found under a sweep. Every reader of run directories goes through `RunDir`
+(the study, compare, robustness and efficiency reports, evaluate, resume, the reproduction
+records); `robustnlu.train` writes them.
+
+A training run's directory (Hydra's runtime output dir, `robustnlu.train`) holds:
+
+- ``results.json``: the finished run's metrics and record; ``status.json``: running / finished /
+  failed (with the error);
+- ``predictions/<split>.jsonl`` (a reproduction record keeps ``<split>.jsonl.gz``);
+- ``config.yaml``, the resolved config;
+- ``checkpoints/``: the best checkpoint (``results.json`` names it) and, while the run is
+  unfinished, ``last.ckpt`` for ``resume=true``;
+- ``csv/metrics.csv``, the per-epoch log (a reproduction record keeps it as ``metrics.csv``);
+- with noise suites, ``robustness.json`` and ``robustness.md`` (`robustnlu.evaluate`);
+- a reproduction record's ``meta.json`` (command, hardware, wall time).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from robustnlu.errors import DataError
+
+RESULTS = "results.json"
+STATUS = "status.json"
+CONFIG = "config.yaml"
+META = "meta.json"
+ROBUSTNESS = "robustness.json"
+LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
+#: sub-directories of a run directory that never hold runs (not walked)
+RUN_SUBDIRS = frozenset({"checkpoints", "predictions", "csv", "wandb", ".hydra"})
+#: Keys every prediction row must have (`read_predictions`).
+PREDICTION_KEYS = ("uid", "gold_intent", "pred_intent", "gold_tags", "pred_tags")
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON object from ``path``; `DataError` (file, line, problem) otherwise."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise DataError(path, err.lineno, f"invalid JSON: {err.msg}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(path, None, f"cannot read: {err}") from None
+    if not isinstance(data, dict):
+        raise DataError(path, None, "expected a JSON object")
+    return data
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """One run directory (or a reproduction record, which has the same files)."""
+
+    path: Path
+
+    @classmethod
+    def of_checkpoint(cls, checkpoint: str | Path) -> RunDir:
+        """The run directory of ``RUN/checkpoints/<file>.ckpt``."""
+        return cls(Path(checkpoint).resolve().parent.parent)
+
+    @property
+    def results_file(self) -> Path:
+        return self.path / RESULTS
+
+    @property
+    def status_file(self) -> Path:
+        return self.path / STATUS
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / CONFIG
+
+    @property
+    def robustness_file(self) -> Path:
+        """``robustness.json``: the noise suites' scores (`robustnlu.evaluate`)."""
+        return self.path / ROBUSTNESS
+
+    @property
+    def last_checkpoint(self) -> Path:
+        return self.path / LAST_CHECKPOINT
+
+    @property
+    def metrics_csv(self) -> Path:
+        """The per-epoch log: a record's ``metrics.csv``, else a run's ``csv/metrics.csv``."""
+        record = self.path / "metrics.csv"
+        return record if record.is_file() else self.path / "csv" / "metrics.csv"
+
+    def finished(self) -> bool:
+        """Whether it holds ``results.json``."""
+        return self.results_file.is_file()
+
+    def is_run(self) -> bool:
+        """Whether it holds ``results.json`` or ``status.json`` (a run, finished or not)."""
+        return self.finished() or self.status_file.is_file()
+
+    def results(self) -> dict[str, Any]:
+        return read_json_object(self.results_file)
+
+    def status(self) -> dict[str, Any] | None:
+        """``status.json``, None if there is none."""
+        return read_json_object(self.status_file) if self.status_file.is_file() else None
+
+    def meta(self) -> dict[str, Any]:
+        """A reproduction record's ``meta.json``, {} if there is none."""
+        path = self.path / META
+        return read_json_object(path) if path.is_file() else {}
+
+    def best_checkpoint(self) -> Path:
+        """The best checkpoint that ``results.json`` names."""
+        return self.path / self.results()["best_checkpoint"]
+
+    def predictions_file(self, split: str = "test") -> Path:
+        """``predictions/<split>.jsonl``, or a record's ``<split>.jsonl.gz`` when only that exists."""
+        plain = self.path / "predictions" / f"{split}.jsonl"
+        compressed = plain.with_name(plain.name + ".gz")
+        return compressed if compressed.is_file() and not plain.is_file() else plain
+
+    def predictions(self, split: str = "test") -> list[dict[str, Any]]:
+        """The rows of `predictions_file` (`read_predictions`); `DataError` if there is none."""
+        path = self.predictions_file(split)
+        if not path.is_file():
+            raise DataError(path, None, f"no {split} predictions (is the run finished?)")
+        return read_predictions(path)
+
+
+def read_predictions(path: Path) -> list[dict[str, Any]]:
+    """The prediction rows of a ``.jsonl`` or ``.jsonl.gz`` file, one JSON object per line with at
+    least the keys `PREDICTION_KEYS`; blank lines are skipped. Raises `DataError` naming the file
+    and line of a malformed row (invalid JSON, missing key, wrong type, tag sequences of
+    different lengths, duplicate uid) or naming the file if it does not exist."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, None, "no such predictions file")
+    rows: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(path, lineno, f"invalid JSON: {err.msg}") from None
+            if not isinstance(row, dict):
+                raise DataError(path, lineno, f"expected a JSON object, got {type(row).__name__}")
+            missing = [key for key in PREDICTION_KEYS if key not in row]
+            if missing:
+                raise DataError(path, lineno, f"missing key(s) {', '.join(missing)}")
+            if not isinstance(row["uid"], str):
+                raise DataError(path, lineno, f"uid must be a string, got {row['uid']!r}")
+            for key in ("gold_intent", "pred_intent"):
+                if not isinstance(row[key], str):
+                    raise DataError(path, lineno, f"{key} must be a string, got {row[key]!r}")
+            for key in ("gold_tags", "pred_tags"):
+                if not (isinstance(row[key], list) and all(isinstance(t, str) for t in row[key])):
+                    raise DataError(path, lineno, f"{key} must be a list of strings")
+            if len(row["gold_tags"]) != len(row["pred_tags"]):
+                raise DataError(path, lineno, f"{len(row['pred_tags'])} predicted tags but "
+                                              f"{len(row['gold_tags'])} gold tags")
+            if row["uid"] in seen:
+                raise DataError(path, lineno, f"uid {row['uid']!r} already on line {seen[row['uid']]}")
+            seen[row["uid"]] = lineno
+            rows.append(row)
+    return rows
+
+
+def walk(root: Path) -> Iterator[RunDir]:
+    """The runs (`RunDir.is_run`) at and below ``root``, in sorted path order, not descending
+    into a run directory nor into a run's own sub-folders (`RUN_SUBDIRS`)."""
+    stack = [Path(root)]
+    while stack:
+        folder = stack.pop()
+        run = RunDir(folder)
+        if run.is_run():
+            yield run
+            continue
+        stack.extend(sorted((p for p in folder.iterdir() if p.is_dir() and p.name not in RUN_SUBDIRS), reverse=True))
+
+
+def job_order(path: Path) -> tuple[bool, int, str]:
+    """Sort key of a sweep's job directories (``<job number>`` or ``<job number>-<name>``):
+    numbered ones first, by number."""
+    number = path.name.split("-", 1)[0]
+    return (not number.isdigit(), int(number) if number.isdigit() else 0, path.name)
+
+
+def sweep_runs(path: Path) -> list[RunDir]:
+    """``path`` if it is a finished run, else its finished sub-directories (a Hydra multirun's
+    jobs, ``<sweep>/<job number>-<name>/``) in job order; [] if neither."""
+    if RunDir(path).finished():
+        return [RunDir(path)]
+    if not path.is_dir():
+        return []
+    return [RunDir(p) for p in sorted(path.iterdir(), key=job_order) if RunDir(p).finished()]
+
+
+def finished_runs(dirs: Iterable[Path]) -> list[RunDir]:
+    """The finished runs of `walk` under each of ``dirs``, each run once (by resolved path)."""
+    seen: set[Path] = set()
+    found = []
+    for d in dirs:
+        for run in walk(d):
+            key = run.path.resolve()
+            if run.finished() and key not in seen:
+                seen.add(key)
+                found.append(run)
+    return found

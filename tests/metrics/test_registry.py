@@ -1,0 +1,108 @@
+"""`robustnlu.metrics.registry`: every formula against counts computed by hand, one definition for
+`SLUMetrics` and the vectorised significance tests, and the metadata every table reads."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from robustnlu.metrics.registry import (
+    COMPARE,
+    COUNTED,
+    METRICS,
+    NOISE,
+    NOISE_EFFECTS,
+    PER_GROUP,
+    REPRODUCTION_SUMMARY,
+    RUN_SUMMARY,
+    TABLE10,
+    TESTED,
+    in_words,
+    metric,
+    relative_change,
+)
+from robustnlu.metrics.slu import SLUMetrics, UtteranceCounts
+
+# 4 utterances: 3 intents right, 2 frames right; 5 gold spans, 4 predicted, 3 of them correct;
+# SEMER numerator 3 (slot substitutions + deletions + insertions + intent errors)
+SUMS = {"intent_correct": 3, "gold_spans": 5, "pred_spans": 4, "correct_spans": 3, "semer_errors": 3,
+        "frame_correct": 2}
+N = 4
+BY_HAND = {
+    "intent_acc": 3 / 4,
+    "slot_precision": 3 / 4,
+    "slot_recall": 3 / 5,
+    "slot_f1": 2 / 3,  # 2PR / (P + R) = 2 · 3/4 · 3/5 / (27/20)
+    "combined": (3 / 4 + 2 / 3) / 2,
+    "semer": 3 / (5 + 4),
+    "frame_acc": 2 / 4,
+}
+
+
+def test_every_formula_against_counts_by_hand():
+    assert set(COUNTED) == set(BY_HAND)
+    for key, expected in BY_HAND.items():
+        assert float(METRICS[key].formula(SUMS, N)) == pytest.approx(expected, abs=1e-15), key
+
+
+def test_undefined_ratios_are_zero_as_seqeval():
+    none = {k: 0 for k in SUMS}
+    for key in ("slot_precision", "slot_recall", "slot_f1"):
+        assert float(METRICS[key].formula(none, 1)) == 0.0
+    only_gold = {**none, "gold_spans": 2}  # recall 0, precision undefined: F1 0
+    assert float(METRICS["slot_f1"].formula(only_gold, 1)) == 0.0
+
+
+def test_formulas_are_vectorised_and_agree_with_the_scalar_form():
+    fields = UtteranceCounts._fields
+    rows = np.array([[SUMS[k] for k in fields], [4, 5, 5, 5, 0, 4], [0, 2, 0, 0, 6, 0]], dtype=np.float64)
+    columns = {name: rows[:, i] for i, name in enumerate(fields)}
+    for key in COUNTED:
+        values = METRICS[key].formula(columns, N)
+        assert values.shape == (3,)
+        for i in range(3):
+            assert values[i] == float(METRICS[key].formula({k: int(rows[i, j]) for j, k in enumerate(fields)}, N)), key
+    assert METRICS["slot_f1"].formula(columns, N).tolist()[1:] == [1.0, 0.0]
+
+
+def test_slu_metrics_computes_through_the_registry():
+    metrics = SLUMetrics(intents=["play", "book"])
+    metrics.update(["play", "book"], ["play", "play"], [["B-a", "O"], ["O"]], [["B-a", "O"], ["B-b"]])
+    result = metrics.compute()
+    # 1 of 2 intents; gold spans 2, predicted 1, correct 1; SEMER: 1 deletion + 1 intent error over 2 + 2
+    sums = {"intent_correct": 1, "gold_spans": 2, "pred_spans": 1, "correct_spans": 1, "semer_errors": 2,
+            "frame_correct": 1}
+    for key in COUNTED:
+        assert result[key] == float(METRICS[key].formula(sums, 2)), key
+    assert result["slot_f1"] == pytest.approx(2 / 3) and result["semer"] == 0.5
+
+
+def test_directions_titles_and_units():
+    assert not METRICS["semer"].higher_is_better and not METRICS["drop"].higher_is_better
+    assert all(METRICS[k].higher_is_better for k in METRICS if k not in ("semer", "drop"))
+    assert METRICS["semer"].better(0.1, 0.2) and METRICS["combined"].better(0.2, 0.1)
+    assert not METRICS["combined"].better(0.1, 0.1)
+    assert METRICS["semer"].worst([0.1, 0.3, 0.2]) == 0.3 and METRICS["slot_f1"].worst([0.1, 0.3]) == 0.1
+    assert METRICS["drop"].unit == "points" and METRICS["combined"].unit == "%"
+    assert [METRICS[k].abbrev for k in NOISE] == ["IC", "SL", "EM"]
+    assert in_words("frame_acc") == "exact match" and in_words("intent_acc") == "intent_acc"
+    assert in_words("group/0/combined") == "group/0/combined"
+    with pytest.raises(ValueError, match="unknown metric 'f2'"):
+        metric("f2")
+
+
+def test_every_table_names_registered_metrics():
+    for view in (PER_GROUP, TABLE10, TESTED, COMPARE, RUN_SUMMARY, REPRODUCTION_SUMMARY, NOISE, NOISE_EFFECTS):
+        assert set(view) <= set(METRICS)
+    assert set(PER_GROUP) <= set(COUNTED)  # per-group values and significance tests need counts
+    assert set(TESTED) <= set(PER_GROUP)
+    assert TESTED[0] == "combined"  # the paper's main metric decides the counts
+
+
+def test_relative_change():
+    assert relative_change(1.1, 1.0) == pytest.approx(10.0)
+    assert relative_change(0.5, 1.0) == pytest.approx(-50.0)
+    assert math.isnan(relative_change(1.0, 0.0))
+    assert math.isnan(relative_change(math.nan, 1.0)) and math.isnan(relative_change(1.0, math.nan))
