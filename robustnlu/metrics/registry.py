@@ -111,7 +111,7 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
 COUNTED = tuple(k for k, m in METRICS.items() if m.formula is not None)
 #: reported per group (``group/<id>/<m>``, ``worst_group/<m>``) and testable by approximate randomization
 PER_GROUP = ("intent_acc", "slot_f1", "combined", "semer", "frame_acc")
-#: the study's Table 10 (`robustnlu.analysis.tables.table10`), in order
+#: the study's Table 10 (`robustnlu.analysis.study_tables.table10`), in order
 TABLE10 = ("intent_acc", "slot_f1", "combined", "semer", "ma_intent_combined", "worst_group/combined", "drop")
 #: tested against ERM in the study; the first decides the counts (the paper's main metric)
 TESTED = ("combined", "intent_acc", "slot_f1", "semer")
