@@ -77,7 +77,6 @@ PLACEHOLDER = (f"**TO BE WRITTEN** (in `{READING}` beside this report, which the
                "study is complete")
 
 
-
 def comparison(runs: Sequence[Run]) -> tuple[list[MethodStats], list[Comparison], list[dict[str, Any]]]:
     """Per-scenario stats, the paired tests against ERM (`SIGNIFICANCE`) and the counts."""
     stats = scenario_stats(group_runs(runs))

@@ -56,10 +56,10 @@ def _paper_cell(value: float | None) -> str:
 
 def table10_markdown(rows: Sequence[dict[str, Any]]) -> str:
     return markdown(["dataset", "drift", "amount", "runs", "acc (ours)", "acc (paper)", "F1 (ours)", "F1 (paper)",
-                      "COMBINED (ours)"],
-                     [[r["dataset"], r["drift"], r["amount"], r["n"], fmt(r["intent_acc"], sign=True),
-                       _paper_cell(r["paper_acc"]), fmt(r["slot_f1"], sign=True), _paper_cell(r["paper_f1"]),
-                       fmt(r["combined"], sign=True)] for r in rows])
+                     "COMBINED (ours)"],
+                    [[r["dataset"], r["drift"], r["amount"], r["n"], fmt(r["intent_acc"], sign=True),
+                      _paper_cell(r["paper_acc"]), fmt(r["slot_f1"], sign=True), _paper_cell(r["paper_f1"]),
+                      fmt(r["combined"], sign=True)] for r in rows])
 
 
 def method_label(stats: MethodStats) -> str:
@@ -188,8 +188,8 @@ def drift_table(runs: Sequence[Run]) -> str:
                      clusters.get("count", ""), clusters.get("test", ""), fmt(pad.get("train_vs_test"), 3),
                      "yes" if len(keys) == 1 else f"NO: {len(keys)} splits"])
     return markdown(["dataset", "drift", "amount", "validation", "train", "train % drift", "valid", "valid % drift",
-                      "test", "test % drift", "clusters", "test clusters", "proxy A-dist. train/test",
-                      "same split in every record"], rows)
+                     "test", "test % drift", "clusters", "test clusters", "proxy A-dist. train/test",
+                     "same split in every record"], rows)
 
 
 def worst_cluster_table(stats: Sequence[MethodStats], min_size: int = MIN_CLUSTER_SIZE) -> str:
@@ -208,7 +208,7 @@ def worst_cluster_table(stats: Sequence[MethodStats], min_size: int = MIN_CLUSTE
                      f"{floor[0][1]} of {floor[0][2]}",
                      fmt(_mean([100 * v for v in anything if v is not None]))])
     return markdown(["dataset", "scenario", "method", "runs", f"worst-cluster COMBINED % (≥ {min_size} test utt.)",
-                      f"clusters ≥ {min_size} test utt. (of those in test)", "worst over all clusters %"], rows)
+                     f"clusters ≥ {min_size} test utt. (of those in test)", "worst over all clusters %"], rows)
 
 
 # --------------------------------------------------------------------------- budget, hardware
@@ -253,4 +253,4 @@ def hardware_markdown(records: Records) -> str:
                      fmt(float(np.median(walls)) / 60, 1) if walls else "",
                      "; ".join(f"{m} ({n})" for m, n in sorted(machines.items()))])
     return markdown(["part", "runs recorded", "wall time (hours)", "median per run (minutes)", "hardware (runs)"],
-                     rows)
+                    rows)

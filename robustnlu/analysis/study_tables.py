@@ -69,10 +69,10 @@ def relative_change_table(comparisons: Sequence[Comparison], stats: Sequence[Met
                          *tests, pairing])
     head = ["dataset", "drift", "amount", "validation", "method"]
     md = markdown(head + ["n models"] + [f"{METRICS[k].title} %" for k in metrics]
-                   + ["COMBINED vs ERM", "sig. better/worse tests", "family-wise error"], md_rows)
+                  + ["COMBINED vs ERM", "sig. better/worse tests", "family-wise error"], md_rows)
     csv = csv_text(head + ["n_models"] + [f"{k}_rel_change_pct" for k in metrics] + ["k_tests", "family_wise_error"]
-               + [f"{m}_{x}" for m in TESTED for x in ("decision", "n_sig_better", "n_sig_worse", "p_values")]
-               + ["pairs"], csv_rows)
+                   + [f"{m}_{x}" for m in TESTED for x in ("decision", "n_sig_better", "n_sig_worse", "p_values")]
+                   + ["pairs"], csv_rows)
     return md, csv
 
 
