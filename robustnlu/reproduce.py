@@ -42,6 +42,7 @@ from robustnlu.cli import REPO_ROOT
 from robustnlu.errors import entry_point
 from robustnlu.io import atomic_write_json, atomic_write_with
 from robustnlu.rundir import RunDir
+from robustnlu.scenario import Scenario
 
 RECORDS = Path("docs") / "reproduction" / "records"
 RUNS = Path("outputs") / "reproduction" / "runs"
@@ -74,7 +75,7 @@ class Run:
 
     @property
     def scenario(self) -> str:
-        return f"{self.dataset}-{self.kind}-{'partial' if self.partial else 'full'}-{self.validation}"
+        return Scenario.of(self.dataset, self.kind, self.partial, self.validation).name
 
     @property
     def name(self) -> str:

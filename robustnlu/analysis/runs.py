@@ -1,6 +1,6 @@
 """The runs a report reads (`discover`, via `robustnlu.rundir`), their scenario and their metrics.
 
-Scenario = (dataset, drift kind, partial, validation): per dataset {slot value, slot context}
+Scenario (robustnlu/scenario.py) = (dataset, drift kind, partial, validation): per dataset {slot value, slot context}
 drift × {full, partial} × {i.i.d., o.o.d.} validation = 8 scenarios (core paper section 5). A
 *model* is one finished run (a directory holding ``results.json``); the paper averages four
 models per method and scenario (two hyperparameter settings × two seeds). Runs that did not
@@ -22,6 +22,7 @@ from typing import Any
 from robustnlu.errors import DataError, RobustNLUError
 from robustnlu.metrics.registry import PER_GROUP, metric
 from robustnlu.rundir import RunDir, walk
+from robustnlu.scenario import Scenario
 
 BASELINE = "erm"
 #: Smallest SeqDrift cluster (test utterances) the worst-cluster figures consider. Without a floor,
@@ -33,30 +34,6 @@ MIN_CLUSTER_SIZE = 10
 
 class StudyError(RobustNLUError):
     """Input a report cannot be built from (names the directory)."""
-
-
-@dataclass(frozen=True, order=True)
-class Scenario:
-    dataset: str
-    drift: str
-    partial: bool
-    validation: str
-
-    @property
-    def amount(self) -> str:
-        return "partial" if self.partial else "full"
-
-    @property
-    def label(self) -> str:
-        """e.g. ``slot_context full iid`` (the dataset not included)."""
-        return f"{self.drift} {self.amount} {self.validation}"
-
-
-def scenario_of(results: dict[str, Any]) -> Scenario:
-    """The scenario of a run, read from its ``results.json`` (dataset and drift)."""
-    drift = results["drift"]
-    return Scenario(str(results["dataset"]), str(drift["kind"]), bool(drift.get("partial", False)),
-                    str(drift.get("validation", "")))
 
 
 @dataclass(frozen=True)
@@ -74,7 +51,7 @@ class Run:
 
     @property
     def scenario(self) -> Scenario:
-        return scenario_of(self.results)
+        return Scenario.of_results(self.results)
 
     @property
     def dir(self) -> RunDir:

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from robustnlu.analysis.runs import BASELINE, MIN_CLUSTER_SIZE, Run, Scenario, StudyError
+from robustnlu.analysis.runs import BASELINE, MIN_CLUSTER_SIZE, Run, StudyError
 from robustnlu.analysis.significance import (
     PairedCounts,
     SignificanceResult,
@@ -50,6 +50,7 @@ from robustnlu.analysis.significance import (
     paired_counts,
 )
 from robustnlu.metrics.registry import METRICS, TABLE10, TESTED, relative_change
+from robustnlu.scenario import Scenario
 
 RULES = ("any", "majority", "all")
 
