@@ -139,7 +139,7 @@ def render(records: Records, design: Design, reading: str | None = None) -> tupl
         f"seed {sig['seed']}, p < {sig['alpha']}, each model tested against the ERM model of the same seed on "
         "the same test utterances; a method is significantly better (worse) in a scenario if its mean COMBINED "
         "change points that way, one of its paired tests is significant that way and none the other "
-        f"(rule `{sig['rule']}` of `robustnlu.analysis.study`). Scenarios compared: "
+        f"(rule `{sig['rule']}` of `robustnlu.analysis.statistics`). Scenarios compared: "
         f"{', '.join(compared) if compared else 'none yet'}.", "",
         "The paper's columns: Table 12 averages all 8 SNIPS scenarios (4 models per method and scenario after "
         "HPO); Table 14's full-drift half covers the 4 full-drift scenarios our Part B runs.", "",
@@ -172,7 +172,7 @@ def render(records: Records, design: Design, reading: str | None = None) -> tupl
         drift_table(list(records.runs.values())),
         "## Worst cluster", "",
         f"Worst-cluster test COMBINED over the SeqDrift clusters with at least {MIN_CLUSTER_SIZE} test utterances "
-        "(the default `robustnlu.analysis.study.MIN_CLUSTER_SIZE`; over all clusters, clusters of 1-2 "
+        "(the default `robustnlu.analysis.runs.MIN_CLUSTER_SIZE`; over all clusters, clusters of 1-2 "
         "utterances decide it, last column). Mean over the runs.", "",
         worst_cluster_table(cluster_stats) if cluster_stats else "None yet.\n",
         "## Hyper-parameters, hardware and wall times", "",

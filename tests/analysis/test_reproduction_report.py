@@ -248,7 +248,7 @@ def test_worst_cluster_by_hand():
 
 
 def test_the_study_reports_the_worst_cluster_over_big_clusters(tmp_path):
-    """`robustnlu.analysis.study` (python -m robustnlu.report) takes the same floor by default."""
+    """The study (python -m robustnlu.report, robustnlu.analysis.runs) takes the same floor by default."""
     test = {"combined": 0.7, "worst_group/combined": 0.0, "group/0/n": 2.0, "group/0/combined": 0.0,
             "group/1/n": 15.0, "group/1/combined": 0.6, "group/2/n": 11.0, "group/2/combined": 0.45}
     run = Run(tmp_path, {"metrics": {"test": test, "valid": test}})
