@@ -162,7 +162,7 @@ def compose_seqdrift(overrides):
 @pytest.mark.parametrize("drift", sorted(p.stem for p in (REPO / "conf/drift").glob("*.yaml")))
 @pytest.mark.parametrize("validation", ["iid", "ood"])
 def test_every_drift_and_validation_config_composes_and_checks(drift, validation):
-    from robustnlu.seqdrift.split import SplitConfig
+    from robustnlu.seqdrift.config import SplitConfig
 
     cfg = compose_seqdrift([f"drift={drift}", f"validation={validation}"])
     split_cfg = SplitConfig.from_configs(cfg.drift, cfg.validation)

@@ -8,14 +8,9 @@ from collections import Counter, defaultdict
 import pytest
 
 from robustnlu.errors import ConfigError, RobustNLUError
-from robustnlu.seqdrift.split import (
-    DriftSplit,
-    SplitConfig,
-    filter_utterances,
-    identity_split,
-    split_by_clusters,
-    utterance_labels,
-)
+from robustnlu.seqdrift.config import SplitConfig
+from robustnlu.seqdrift.filtering import filter_utterances, utterance_labels
+from robustnlu.seqdrift.split import DriftSplit, identity_split, split_by_clusters
 
 
 def members(ids):
