@@ -34,20 +34,21 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from robustnlu.data.bio import slot_spans, tag_type
 from robustnlu.data.utterance import Utterance
 from robustnlu.seqdrift.config import SplitConfig
 
 
-def slot_types(tags: Iterable[str]) -> set[str]:
-    """The slot types of an utterance's BIO tags (one per span start)."""
-    return {t[2:] for t in tags if t.startswith("B-")}
+def slot_types(tags: Sequence[str]) -> set[str]:
+    """The slot types of an utterance's spans, each opened by a ``B-`` tag (strict reading)."""
+    return {typ for typ, _, _ in slot_spans(tags, "strict")}
 
 
 def relabel(u: Utterance, rare: set[str] | frozenset[str]) -> Utterance:
     """``u`` with every ``B-``/``I-`` tag of a type in ``rare`` replaced by ``O``."""
     if not rare:
         return u
-    tags = tuple("O" if t != "O" and t[2:] in rare else t for t in u.tags)
+    tags = tuple("O" if tag_type(t) in rare else t for t in u.tags)
     return u if tags == u.tags else replace(u, tags=tags)
 
 
@@ -76,7 +77,7 @@ def filter_utterances(utterances: Sequence[Utterance], cfg: SplitConfig) -> Filt
             kept = _drop(kept, removed, "no_slots", lambda u: not slot_types(u.tags))
         intents = Counter(u.intent for u in kept)
         kept = _drop(kept, removed, "rare_intent", lambda u: intents[u.intent] < cfg.min_intent_freq)
-        spans = Counter(t[2:] for u in kept for t in u.tags if t.startswith("B-"))
+        spans = Counter(typ for u in kept for typ, _, _ in slot_spans(u.tags, "strict"))
         rare = {s for s, n in spans.items() if n < cfg.min_slot_freq}
         if cfg.rare_slots == "drop_utterance":
             kept = _drop(kept, removed, "rare_slot", lambda u: bool(slot_types(u.tags) & rare))

@@ -14,7 +14,8 @@ from hydra import compose, initialize_config_dir
 
 from robustnlu.data.readers import load_corpus
 from robustnlu.data.readers.top_tree import parse_tree
-from robustnlu.data.utterance import Corpus, LabelVocab, bio_problem
+from robustnlu.data.bio import bio_problem
+from robustnlu.data.utterance import Corpus, LabelVocab
 from robustnlu.errors import ConfigError, DataError
 
 TOPV2_DOMAINS = (
