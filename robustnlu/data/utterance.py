@@ -32,10 +32,6 @@ class Utterance:
         if len(self.tokens) != len(self.tags):
             raise ValueError(f"{self.uid}: {len(self.tokens)} tokens but {len(self.tags)} tags")
 
-    @property
-    def text(self) -> str:
-        return " ".join(self.tokens)
-
 
 @dataclass(frozen=True)
 class LabelVocab:

@@ -148,29 +148,6 @@ class NoiseTransform(ABC):
         return {"name": self.name, **{k: v for k, v in vars(self).items() if isinstance(v, int | float | str | bool)}}
 
 
-class Compose(NoiseTransform):
-    """Apply several transforms in sequence (each with its own rate and seed)."""
-
-    name = "compose"
-
-    def __init__(self, transforms: Sequence[NoiseTransform]):
-        super().__init__(rate=1.0)
-        self.transforms = list(transforms)
-
-    def fit(self, train: Sequence[Utterance]) -> Compose:
-        for t in self.transforms:
-            t.fit(train)
-        return self
-
-    def apply(self, u: Utterance, rng: random.Random) -> Utterance:
-        for t in self.transforms:
-            u = t(u)
-        return u
-
-    def config(self) -> dict:
-        return {"name": self.name, "transforms": [t.config() for t in self.transforms]}
-
-
 @dataclass
 class NoiseStats:
     """How much a transform changed a set of utterances (digest C.1: the paper's missing
