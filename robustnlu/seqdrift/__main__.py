@@ -24,6 +24,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from robustnlu.cli import hydra_app, repo_root, run_or_exit
+from robustnlu.data.bio import slot_spans
 
 DEFAULT_INSPECT = 5
 
@@ -46,8 +47,6 @@ def rewrite_flags(argv: list[str]) -> list[str]:
 
 def render(u) -> str:
     """``intent | tokens`` with every slot span as ``[type: value]``."""
-    from robustnlu.data.bio import slot_spans
-
     parts: list[str] = []
     last = 0
     for typ, start, end in slot_spans(u.tags):
