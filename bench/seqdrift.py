@@ -51,7 +51,8 @@ def measure(dataset: str, kind: str, affinity: str) -> dict:
     """Runs in the child: cluster once, report time and this process's peak RSS."""
     from robustnlu.seqdrift.cluster import spectral_clusters
     from robustnlu.seqdrift.features import build_features
-    from robustnlu.seqdrift.split import SplitConfig, filter_utterances
+    from robustnlu.seqdrift.config import SplitConfig
+    from robustnlu.seqdrift.filtering import filter_utterances
 
     cfg = SplitConfig.from_configs(drift_config(kind, dataset), {"kind": "iid"})
     utterances = filter_utterances(load_utterances(dataset), cfg).utterances

@@ -393,46 +393,57 @@ def dataset() -> Variants:
     })
 
 
-def drift() -> Variants:
-    """conf/drift/ (core paper section 3, Table 7; robustnlu/seqdrift/)."""
-    from robustnlu.seqdrift.split import AFFINITIES, CLUSTER_SOURCES, RARE_SLOT_POLICIES
+@dataclass(frozen=True)
+class Declared(Spec):
+    """A value declared, with its default and allowed values, where it is used: ``problem``
+    says what is wrong with a value, or None (the SeqDrift settings,
+    `robustnlu.seqdrift.config.problem`)."""
 
-    seqdrift = Node({
-        "kind": text(), "partial": flag(), "partial_fraction": number("(0, 1]"),
-        "n_clusters": integer("[2, inf)"), "ngram_min": integer(AT_LEAST_1), "ngram_max": integer(AT_LEAST_1),
-        "top_ngrams": integer(AT_LEAST_1), "min_intent_freq": integer(NON_NEGATIVE),
-        "min_slot_freq": integer(NON_NEGATIVE), "min_projected_size": number(NON_NEGATIVE),
-        "rare_slots": choice(*RARE_SLOT_POLICIES), "require_slots": flag(), "lookahead": flag(),
-        "test_fraction": number("(0, 1)"), "valid_fraction": number("(0, 1)"),
-        "affinity": choice(*AFFINITIES), "seed": integer(SEED),
-        "clusters": choice(*CLUSTER_SOURCES),
-    }, optional=frozenset({"clusters"}), rules=(
-        Rule("ngram_min", lambda d, _: d["ngram_min"] <= d["ngram_max"], "must be <= drift.ngram_max"),
-    ))
+    problem: Callable[[Any], str | None]
+    null: bool = False
+
+    def check(self, key: str, value: Any, root: Mapping[str, Any]) -> None:
+        if (problem := self.problem(value)) is not None:
+            raise bad(key, problem, value)
+
+
+def declared(group: str) -> Node:
+    """``drift`` / ``validation``: the keys `robustnlu.seqdrift.config.SplitConfig` declares."""
+    from functools import partial
+
+    from robustnlu.seqdrift.config import NGRAM_SIZES, SETTINGS, problem
+
+    settings = SETTINGS[group]
+    rules = (Rule(NGRAM_SIZES.key.removeprefix("drift."), lambda d, _: NGRAM_SIZES.holds(d), NGRAM_SIZES.problem),
+             ) if group == "drift" else ()
+    return Node({key: Declared(partial(problem, f)) for key, f in settings.items()},
+                optional=frozenset(key for key, f in settings.items() if not f.metadata["required"]), rules=rules)
+
+
+def drift() -> Variants:
+    """conf/drift/ (core paper section 3, Table 7; robustnlu/seqdrift/config.py declares every key)."""
+    seqdrift = declared("drift")
     return Variants("kind", {"none": Node({"kind": text()}), "slot_value": seqdrift, "slot_context": seqdrift})
 
 
 def validation() -> Node:
-    from robustnlu.seqdrift.split import VALIDATION_KINDS
-
-    return Node({"kind": choice(*VALIDATION_KINDS), "hold_out_both": flag()})
+    return declared("validation")
 
 
-def fractions_leave_training_data(cfg: Mapping[str, Any], _: Any) -> bool:
-    """test + validation (twice with ``validation.hold_out_both``) < 1 (section 3.3)."""
-    d = cfg["drift"]
-    if d.get("kind") == "none":
-        return True
-    held_out = 2 if cfg["validation"]["hold_out_both"] else 1
-    return d["test_fraction"] + held_out * d["valid_fraction"] < 1
+def split_rule() -> Rule:
+    """test + validation (twice with ``validation.hold_out_both``) < 1 (section 3.3), across the
+    ``drift`` and ``validation`` groups."""
+    from robustnlu.seqdrift.config import FRACTIONS, field_values
+
+    def holds(cfg: Mapping[str, Any], _: Any) -> bool:
+        return cfg["drift"].get("kind") == "none" or FRACTIONS.holds(field_values(cfg["drift"], cfg["validation"]))
+
+    return Rule(FRACTIONS.key, holds, FRACTIONS.problem)
 
 
 TINY_POSITIONS_RULE = Rule(
     "data.max_length", lambda c, _: c["encoder"]["kind"] != "tiny" or c["data"]["max_length"] <= c["encoder"]["max_position_embeddings"],
     "must be <= encoder.max_position_embeddings")
-
-SPLIT_RULE = Rule("drift.test_fraction", fractions_leave_training_data,
-                  "test + validation fractions (validation twice with validation.hold_out_both) must be < 1")
 
 
 def encoder() -> Variants:
@@ -665,11 +676,11 @@ def schema(config_name: str) -> Node:
             "method": method(), "selection": selection(), "augment": augment(),
             "callbacks": callbacks(), "logger": loggers(), "suite": suites(), "paths": paths(),
             "efficiency": efficiency(),
-        }, optional=frozenset({"suite", "efficiency", "adversary"}), rules=(SPLIT_RULE, TINY_POSITIONS_RULE))
+        }, optional=frozenset({"suite", "efficiency", "adversary"}), rules=(split_rule(), TINY_POSITIONS_RULE))
     if config_name == "seqdrift":  # python -m robustnlu.seqdrift
         return Node({"dataset": dataset(), "drift": drift(), "validation": validation(), "paths": paths(),
                      "inspect": integer(NON_NEGATIVE), "inspect_examples": integer(NON_NEGATIVE),
-                     "verify": flag()}, rules=(SPLIT_RULE,))
+                     "verify": flag()}, rules=(split_rule(),))
     if config_name == "noise_dataset":  # python -m robustnlu.noise
         from robustnlu.data.utterance import SPLITS
 

@@ -24,7 +24,7 @@ from robustnlu.data.readers.common import read_lines
 from robustnlu.data.utterance import Utterance
 from robustnlu.errors import entry_point
 from robustnlu.io import atomic_write_jsonl
-from robustnlu.metrics import extract_spans
+from robustnlu.data.bio import slot_spans
 from robustnlu.model.encoders import load_tokenizer
 from robustnlu.module import SLUModule
 
@@ -66,7 +66,7 @@ class Predictor:
         for u, (intent, tags) in zip(utts, self.predict_utterances(utts, batch_size), strict=True):
             toks = list(u.tokens)
             slots = [{"slot": typ, "value": " ".join(toks[s:e]), "start": s, "end": e}
-                     for typ, s, e in sorted(extract_spans(tags), key=lambda x: x[1])]
+                     for typ, s, e in slot_spans(tags)]
             rows.append({"text": " ".join(toks), "tokens": toks, "intent": intent, "tags": tags, "slots": slots})
         return rows
 

@@ -10,7 +10,6 @@ needs that) and every word still gets a prediction.
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass

@@ -32,33 +32,6 @@ class Utterance:
         if len(self.tokens) != len(self.tags):
             raise ValueError(f"{self.uid}: {len(self.tokens)} tokens but {len(self.tags)} tags")
 
-    @property
-    def text(self) -> str:
-        return " ".join(self.tokens)
-
-
-def bio_violation(tags: Sequence[str]) -> tuple[int, str] | None:
-    """The 0-based position and a description of the first BIO violation in ``tags``, or None
-    if valid.
-
-    Valid tags are ``O``, ``B-<type>`` and ``I-<type>``; an ``I-<type>`` must follow a
-    ``B-<type>`` or ``I-<type>`` of the same type.
-    """
-    prev = "O"
-    for i, tag in enumerate(tags):
-        if tag != "O" and not (tag[:2] in ("B-", "I-") and len(tag) > 2):
-            return i, f"tag {i + 1} {tag!r} is not O, B-<type> or I-<type>"
-        if tag.startswith("I-") and (prev == "O" or prev[2:] != tag[2:]):
-            return i, f"tag {i + 1} {tag!r} follows {prev!r} (I- without B-)"
-        prev = tag
-    return None
-
-
-def bio_problem(tags: Sequence[str]) -> str | None:
-    """A description of the first BIO violation in ``tags`` (`bio_violation`), or None if valid."""
-    violation = bio_violation(tags)
-    return None if violation is None else violation[1]
-
 
 @dataclass(frozen=True)
 class LabelVocab:

@@ -7,14 +7,11 @@ from robustnlu.metrics.slu import (
     semer_slot_errors,
     utterance_counts,
 )
-from robustnlu.metrics.spans import Span, extract_spans
 
 __all__ = [
     "SLUMetrics",
     "SlotErrors",
-    "Span",
     "UtteranceCounts",
-    "extract_spans",
     "semer_slot_errors",
     "utterance_counts",
 ]

@@ -18,8 +18,8 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
+from robustnlu.data.bio import Span, slot_spans
 from robustnlu.metrics.registry import COUNTED, METRICS, PER_GROUP
-from robustnlu.metrics.spans import Span, extract_spans
 
 
 class SlotErrors(NamedTuple):
@@ -73,8 +73,8 @@ def utterance_counts(
     """Count one utterance's intent and slot outcomes (spans by conlleval chunking)."""
     if len(pred_tags) != len(gold_tags):
         raise ValueError(f"{len(pred_tags)} predicted tags but {len(gold_tags)} gold tags")
-    gold_spans = extract_spans(gold_tags)
-    pred_spans = extract_spans(pred_tags)
+    gold_spans = set(slot_spans(gold_tags))
+    pred_spans = set(slot_spans(pred_tags))
     intent_correct = int(pred_intent == gold_intent)
     return UtteranceCounts(
         intent_correct=intent_correct,

@@ -33,9 +33,10 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from robustnlu.data.bio import tag_type
 from robustnlu.data.utterance import Utterance
 from robustnlu.errors import ConfigError, DataError
-from robustnlu.noise.base import NoiseTransform, is_target, replace_tokens, span_type
+from robustnlu.noise.base import NoiseTransform, is_target, replace_tokens
 
 DEFAULT_KB = Path(__file__).parent / "resources" / "abbreviations.tsv"
 """The shipped knowledge base (written for robustnlu)."""
@@ -112,7 +113,7 @@ class Abbreviation(NoiseTransform):
     def _phrase_ok(self, tags: tuple[str, ...]) -> bool:
         """All target tokens, and all ``O`` or inside one span (base.py rule 3)."""
         return (all(is_target(t, self.target_tokens) for t in tags)
-                and len({span_type(t) for t in tags}) == 1
+                and len({tag_type(t) for t in tags}) == 1
                 and not any(t.startswith("B-") for t in tags[1:]))
 
     def abbreviate_at(self, u: Utterance, i: int) -> tuple[int, str] | None:

@@ -32,9 +32,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import ClassVar
 
-from robustnlu.data.utterance import Utterance, bio_problem
+from robustnlu.data.bio import bio_problem, slot_spans, tag_type
+from robustnlu.data.utterance import Utterance
 from robustnlu.errors import ConfigError, RobustNLUError
-from robustnlu.metrics.spans import extract_spans
 
 TARGET_TOKENS = ("carrier", "all", "slots")
 """Which tokens a token-level transform may change: ``carrier`` = tokens tagged ``O`` (the
@@ -60,16 +60,11 @@ def is_target(tag: str, target_tokens: str) -> bool:
     return (tag == "O") == (target_tokens == "carrier")
 
 
-def span_type(tag: str) -> str | None:
-    """``X`` for ``B-X`` / ``I-X``, None for ``O``."""
-    return None if tag == "O" else tag[2:]
-
-
 def repair_bio(tags: Sequence[str]) -> tuple[str, ...]:
     """Turn every ``I-X`` that does not follow ``B-X`` / ``I-X`` into ``B-X``."""
     out: list[str] = []
     for tag in tags:
-        if tag.startswith("I-") and (not out or span_type(out[-1]) != tag[2:]):
+        if tag.startswith("I-") and (not out or tag_type(out[-1]) != tag[2:]):
             tag = "B-" + tag[2:]
         out.append(tag)
     return tuple(out)
@@ -84,7 +79,7 @@ def replace_tokens(u: Utterance, start: int, end: int, new_tokens: Sequence[str]
     if not 0 <= start < end <= len(u.tokens):
         raise ValueError(f"{u.uid}: bad token range [{start}, {end}) of {len(u.tokens)} tokens")
     old = u.tags[start:end]
-    types = {span_type(t) for t in old}
+    types = {tag_type(t) for t in old}
     if len(types) != 1 or any(t.startswith("B-") for t in old[1:]):
         raise ValueError(f"{u.uid}: tokens {start}..{end - 1} cross a slot boundary ({' '.join(old)})")
     (typ,) = types
@@ -153,29 +148,6 @@ class NoiseTransform(ABC):
         return {"name": self.name, **{k: v for k, v in vars(self).items() if isinstance(v, int | float | str | bool)}}
 
 
-class Compose(NoiseTransform):
-    """Apply several transforms in sequence (each with its own rate and seed)."""
-
-    name = "compose"
-
-    def __init__(self, transforms: Sequence[NoiseTransform]):
-        super().__init__(rate=1.0)
-        self.transforms = list(transforms)
-
-    def fit(self, train: Sequence[Utterance]) -> Compose:
-        for t in self.transforms:
-            t.fit(train)
-        return self
-
-    def apply(self, u: Utterance, rng: random.Random) -> Utterance:
-        for t in self.transforms:
-            u = t(u)
-        return u
-
-    def config(self) -> dict:
-        return {"name": self.name, "transforms": [t.config() for t in self.transforms]}
-
-
 @dataclass
 class NoiseStats:
     """How much a transform changed a set of utterances (digest C.1: the paper's missing
@@ -209,7 +181,7 @@ class NoiseStats:
 
 def slot_values(u: Utterance) -> Counter[tuple[str, tuple[str, ...]]]:
     """The multiset of ``u``'s slot values as (type, words)."""
-    return Counter((typ, u.tokens[s:e]) for typ, s, e in extract_spans(list(u.tags)))
+    return Counter((typ, u.tokens[s:e]) for typ, s, e in slot_spans(u.tags))
 
 
 def noise_all(transform: NoiseTransform, utterances: Iterable[Utterance]) -> tuple[list[Utterance], NoiseStats]:

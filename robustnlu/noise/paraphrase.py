@@ -34,7 +34,7 @@ from dataclasses import replace
 
 from robustnlu.data.utterance import Utterance
 from robustnlu.errors import ConfigError, RobustNLUError
-from robustnlu.metrics import extract_spans
+from robustnlu.data.bio import slot_spans
 from robustnlu.noise.base import NoiseTransform
 
 SIGNATURES = ("sequence", "multiset")
@@ -45,7 +45,7 @@ Template = tuple[tuple[str, str], ...]
 
 def split_template(u: Utterance) -> tuple[Template, list[tuple[str, tuple[str, ...]]]]:
     """``u``'s template and its slot values ``(type, tokens)``, left to right."""
-    spans = sorted(extract_spans(list(u.tags)), key=lambda s: s[1])
+    spans = slot_spans(u.tags)
     template: list[tuple[str, str]] = []
     values: list[tuple[str, tuple[str, ...]]] = []
     i = 0

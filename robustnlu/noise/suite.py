@@ -42,10 +42,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from robustnlu.data.bio import slot_spans
 from robustnlu.data.readers.noisy_tsv import NoisyRow, read_noisy_tsv
 from robustnlu.data.utterance import SPLITS, Corpus, Utterance
 from robustnlu.errors import ConfigError, DataError
-from robustnlu.noise.base import replace_each, span_type
+from robustnlu.noise.base import replace_each
 
 logger = logging.getLogger(__name__)
 
@@ -138,16 +139,7 @@ def value_key(tokens: Sequence[str]) -> str:
 def slot_pairs(u: Utterance) -> SlotPairs:
     """(type, `value_key`) of each slot, left to right; adjacent same-type spans count as one,
     as in the IO-labelled release."""
-    spans: list[tuple[str, list[str]]] = []
-    prev = None
-    for token, tag in zip(u.tokens, u.tags, strict=True):
-        typ = span_type(tag)
-        if typ is not None and typ == prev:
-            spans[-1][1].append(token)
-        elif typ is not None:
-            spans.append((typ, [token]))
-        prev = typ
-    return tuple((typ, value_key(value)) for typ, value in spans)
+    return tuple((typ, value_key(u.tokens[start:end])) for typ, start, end in slot_spans(u.tags, "io"))
 
 
 def overlap(treatment: Utterance, control: Utterance, ordered: bool = True) -> float:
@@ -319,16 +311,3 @@ def load_noisy_suite(cfg: Mapping[str, Any], root: Path, corpora: Mapping[str, C
             if folder in folders:
                 pairs.append(load_file(cfg, Path(root), dataset, folder, index))
     return pairs
-
-
-def suite_report(pairs: Sequence[NoisyPair]) -> str:
-    """A plain-text table of the pairs' reports (one line per file)."""
-    header = ("dataset", "noise", "file", "rows", "skipped", "by id", "by content", "unmatched", "control splits")
-    lines = [header]
-    for p in pairs:
-        r = p.report
-        splits = ", ".join(f"{s} {n}" for s, n in r["control_split_counts"].items() if n)
-        lines.append((p.dataset, p.noise, p.source, str(r["rows_read"]), str(r["skipped"]), str(r["matched_by_id"]),
-                      str(r["matched_by_content"]), str(r["unmatched"]), splits))
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines)

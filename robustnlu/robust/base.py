@@ -19,7 +19,6 @@ initialises is overwritten when resuming); `forward` at every training step;
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,10 +103,6 @@ class RobustObjective(StateBuffers):
     def add_optimizer(self, name: str, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         self._optimizers[name] = optimizer
         return optimizer
-
-    def own_parameters(self) -> Iterable[nn.Parameter]:
-        """Parameters the method trains itself (excluded from the model's optimiser)."""
-        return self.parameters()
 
     def own_step(self, name: str, loss: Tensor, max_grad_norm: float | None = None) -> None:
         """One update of the method's own parameters under optimiser ``name``: backward of

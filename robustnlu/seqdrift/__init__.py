@@ -4,7 +4,10 @@ Clusters of utterances with similar slot values (``slot_value``) or slot context
 (``slot_context``) are moved as a whole into the test split (and, for o.o.d. validation, into
 the validation split) while the label distribution is kept close to the training one.
 
-- `robustnlu.seqdrift.split`: filtering and the split itself (pure; takes cluster ids);
+- `robustnlu.seqdrift.config`: `SplitConfig`, every ``drift``/``validation`` setting declared
+  once (type, allowed values, default, doc), read by the config schema too;
+- `robustnlu.seqdrift.filtering`: rare intents and slot types, the labels of an utterance;
+- `robustnlu.seqdrift.split`: the split itself (pure; takes cluster ids), `DriftSplit`;
 - `robustnlu.seqdrift.features` / `robustnlu.seqdrift.cluster`: n-gram features, spectral
   clustering; `robustnlu.seqdrift.kmeans`: its k-means, tie-aware so that the machine's BLAS
   kernel does not decide it;
@@ -18,6 +21,8 @@ the validation split) while the label distribution is kept close to the training
 """
 
 from robustnlu.seqdrift.pipeline import make_drift_split
-from robustnlu.seqdrift.split import Assignment, DriftSplit, SplitConfig, filter_utterances, split_by_clusters
+from robustnlu.seqdrift.config import SplitConfig
+from robustnlu.seqdrift.filtering import filter_utterances
+from robustnlu.seqdrift.split import Assignment, DriftSplit, split_by_clusters
 
 __all__ = ["Assignment", "DriftSplit", "SplitConfig", "filter_utterances", "make_drift_split", "split_by_clusters"]

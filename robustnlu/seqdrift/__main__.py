@@ -24,6 +24,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from robustnlu.cli import hydra_app, repo_root, run_or_exit
+from robustnlu.data.bio import slot_spans
 
 DEFAULT_INSPECT = 5
 
@@ -47,13 +48,11 @@ def rewrite_flags(argv: list[str]) -> list[str]:
 def render(u) -> str:
     """``intent | tokens`` with every slot span as ``[type: value]``."""
     parts: list[str] = []
-    for token, tag in zip(u.tokens, u.tags):
-        if tag.startswith("I-") and parts and parts[-1].startswith(f"[{tag[2:]}: "):
-            parts[-1] = f"{parts[-1][:-1]} {token}]"
-        elif tag != "O":
-            parts.append(f"[{tag[2:]}: {token}]")
-        else:
-            parts.append(token)
+    last = 0
+    for typ, start, end in slot_spans(u.tags):
+        parts += [*u.tokens[last:start], f"[{typ}: {' '.join(u.tokens[start:end])}]"]
+        last = end
+    parts += u.tokens[last:]
     return f"{u.intent:<24} {' '.join(parts)}"
 
 

@@ -42,7 +42,8 @@ import numpy as np
 
 from robustnlu.data.utterance import SPLITS, Corpus, Utterance
 from robustnlu.io import atomic_write_json, atomic_write_text, compute_once
-from robustnlu.seqdrift.split import DriftSplit, SplitConfig
+from robustnlu.seqdrift.config import SplitConfig
+from robustnlu.seqdrift.split import DriftSplit
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

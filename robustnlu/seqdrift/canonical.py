@@ -30,7 +30,8 @@ from robustnlu.errors import ConfigError, entry_point
 from robustnlu.seqdrift.artifact import CLUSTER_OPTIONS, Clustering, clusters_key
 from robustnlu.seqdrift.pipeline import cluster_utterances, split_from_clustering
 from robustnlu.seqdrift.shipped import SHIPPED_DIR, file_sha256, manifest, shipped_clustering, write_clustering, write_manifest
-from robustnlu.seqdrift.split import Filtered, SplitConfig, filter_utterances
+from robustnlu.seqdrift.config import SplitConfig
+from robustnlu.seqdrift.filtering import Filtered, filter_utterances
 
 # name -> the preset whose drift config the clustering is for (drift seed 0)
 CANONICAL = {

@@ -63,10 +63,10 @@ from sklearn.metrics.pairwise import cosine_similarity
 from sklearn.preprocessing import normalize
 
 from robustnlu.errors import ConfigError
+from robustnlu.seqdrift.config import AFFINITIES
 from robustnlu.seqdrift.kmeans import stable_kmeans
 
 Affinity = Literal["scalable", "dense"]
-AFFINITIES = ("scalable", "dense")
 N_INIT = 10  # SpectralClustering's default number of k-means restarts
 GAP_TOL = 1e-10  # eigenvalues K and K + 1 of M closer than this: the K-subspace is not unique
 

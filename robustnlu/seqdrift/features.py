@@ -22,8 +22,9 @@ slot-value feature at all (`NGramFeatures.empty_rows`).
 
 Ambiguities resolved here:
 
-- Spans follow the conlleval convention: an ``I-x`` that does not continue a span of type ``x``
-  (invalid BIO, which the shipped readers reject anyway) starts a new span.
+- Spans follow the conlleval convention (`robustnlu.data.bio.slot_spans`): an ``I-x`` that does
+  not continue a span of type ``x`` (invalid BIO, which the shipped readers reject anyway) starts
+  a new span.
 - A slot symbol is identified by position, not by string: a token that happens to read
   ``B-SONG`` is an ordinary token for the "contains a slot label" test.
 - Frequency (for the top-n cut) is *document frequency*: the number of utterances that contain
@@ -43,25 +44,12 @@ from typing import Literal
 import numpy as np
 import scipy.sparse as sp
 
+from robustnlu.data.bio import slot_spans
 from robustnlu.data.utterance import Utterance
 from robustnlu.errors import ConfigError
 
 NGram = tuple[str, ...]
 FeatureKind = Literal["slot_value", "slot_context"]
-
-
-def slot_spans(tags: Sequence[str]) -> list[tuple[int, int, str]]:
-    """``(start, end, type)`` of every slot span (``end`` exclusive), in order."""
-    spans: list[tuple[int, int, str]] = []
-    for i, tag in enumerate(tags):
-        if tag == "O":
-            continue
-        prefix, slot = tag[:2], tag[2:]
-        if prefix == "I-" and spans and spans[-1][1] == i and spans[-1][2] == slot:
-            spans[-1] = (spans[-1][0], i + 1, slot)
-        else:
-            spans.append((i, i + 1, slot))
-    return spans
 
 
 def _check_sizes(n_min: int, n_max: int) -> None:
@@ -81,7 +69,7 @@ def slot_value_ngrams(u: Utterance, n_min: int, n_max: int) -> set[NGram]:
     _check_sizes(n_min, n_max)
     return {
         gram
-        for start, end, _ in slot_spans(u.tags)
+        for _, start, end in slot_spans(u.tags)
         for _, gram in _ngrams(u.tokens[start:end], n_min, n_max)
     }
 
@@ -92,7 +80,7 @@ def slot_context_ngrams(u: Utterance, n_min: int, n_max: int) -> set[NGram]:
     seq: list[str] = []
     is_label: list[bool] = []
     last = 0
-    for start, end, slot in slot_spans(u.tags):
+    for slot, start, end in slot_spans(u.tags):
         seq.extend(u.tokens[last:start])
         seq.append(f"B-{slot}")
         is_label.extend([False] * (start - last) + [True])

@@ -34,7 +34,9 @@ from robustnlu.seqdrift.artifact import (
     save_split,
 )
 from robustnlu.seqdrift.shipped import MANIFEST_FILE, SHIPPED_DIR, shipped_clustering
-from robustnlu.seqdrift.split import DriftSplit, Filtered, SplitConfig, filter_utterances, identity_split, split_by_clusters
+from robustnlu.seqdrift.config import SplitConfig
+from robustnlu.seqdrift.filtering import Filtered, filter_utterances
+from robustnlu.seqdrift.split import DriftSplit, identity_split, split_by_clusters
 from robustnlu.seqdrift.stats import split_statistics
 
 logger = logging.getLogger(__name__)

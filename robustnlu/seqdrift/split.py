@@ -1,32 +1,8 @@
-"""SeqDrift filtering and splitting (core paper, sections 3.3-3.4, Table 7, Appendix A).
+"""SeqDrift splitting (core paper, sections 3.3-3.4, Table 7, Appendix A).
 
-Everything here is a pure function of (utterances, cluster ids, `SplitConfig`): no clustering,
-no files. `robustnlu.seqdrift.pipeline` chains filter -> features -> clusters -> split.
-
-Filtering (`filter_utterances`; Table 7 (b), Appendix A)
-    All splits of the corpus are joined first (section 3.1 (i)). Then, repeated until nothing
-    changes (dropping utterances can push a count under its threshold):
-
-    1. ``require_slots``: drop utterances without any slot. Neither feature representation
-       (slot values, slot contexts) says anything about them, so they cannot be clustered.
-    2. Drop utterances whose intent has fewer than ``min_intent_freq`` utterances.
-    3. Slot types with fewer than ``min_slot_freq`` *occurrences* (spans, i.e. ``B-`` tags, over
-       the kept utterances) are rare. The paper does not say what happens to them:
-       ``rare_slots: relabel_o`` tags their spans ``O`` (the utterance stays),
-       ``rare_slots: drop_utterance`` drops every utterance that has one.
-
-    Default ``relabel_o`` + ``require_slots: true``, chosen from Table 4's split sizes:
-
-    - SNIPS cannot tell the policies apart: none of its 39 slot types (and none of its 7
-      intents) is rare, so both give all 14,484 utterances, with or without ``require_slots``
-      (every SNIPS utterance has a slot). Table 4 agrees: train + i.i.d. valid + o.o.d. valid +
-      test is exactly 14,484 in three of its four SNIPS rows (e.g. 10,231 + 1,426 + 1,404 +
-      1,423). The "≈ 13,080" total leaves out the o.o.d. valid column; nothing was dropped.
-    - TOP-NN (29,104 utterances here, as in Table 6) is decisive: all four Table 4 rows sum to
-      22,950. ``relabel_o`` + ``require_slots`` gives 22,953; ``drop_utterance`` +
-      ``require_slots`` 22,873; without ``require_slots`` 29,033 (relabel_o) or 28,947 (drop).
-
-    Relabelled slot types are stored with the split; `DriftSplit.apply` relabels them again.
+Everything here is a pure function of (filtered utterances, cluster ids, `SplitConfig`): no
+clustering, no files. `robustnlu.seqdrift.filtering` filters the corpus first;
+`robustnlu.seqdrift.pipeline` chains filter -> features -> clusters -> split.
 
 Splitting (`split_by_clusters`; sections 3.3, 3.4)
     - Labels of an utterance: its intent plus one ``<intent>-<slot type>`` label per slot type
@@ -81,239 +57,23 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 
 from robustnlu.data.utterance import SPLITS, Corpus, Utterance
 from robustnlu.errors import ConfigError, RobustNLUError
+from robustnlu.seqdrift.config import SplitConfig
+from robustnlu.seqdrift.filtering import Filtered, relabel, utterance_labels
 
-DRIFT_KINDS = ("none", "slot_value", "slot_context")
-VALIDATION_KINDS = ("iid", "ood")
-RARE_SLOT_POLICIES = ("relabel_o", "drop_utterance")
-AFFINITIES = ("scalable", "dense")
-CLUSTER_SOURCES = ("auto", "shipped", "compute")  # drift.clusters: see robustnlu.seqdrift.shipped
-SPLIT_NAMES = (*SPLITS, "removed")
 FORMAT = "robustnlu-seqdrift-split/1"
 
 # rng phases: default_rng([seed, phase])
 _TEST_CLUSTERS, _OOD_CLUSTERS, _TEST_FILL, _OOD_FILL, _IID = 1, 2, 3, 4, 5
 
 
-# --------------------------------------------------------------------------- configuration
-
-
-@dataclass(frozen=True)
-class SplitConfig:
-    """The drift (``cfg.drift``) and validation (``cfg.validation``) options of one split."""
-
-    kind: str = "slot_context"
-    partial: bool = False
-    partial_fraction: float = 0.9
-    n_clusters: int = 100
-    ngram_min: int = 2
-    ngram_max: int = 6
-    top_ngrams: int = 10_000
-    min_intent_freq: int = 150
-    min_slot_freq: int = 50
-    min_projected_size: float = 10.0
-    rare_slots: str = "relabel_o"
-    require_slots: bool = True
-    lookahead: bool = True
-    test_fraction: float = 0.1
-    valid_fraction: float = 0.1
-    affinity: str = "scalable"
-    seed: int = 0
-    clusters: str = "auto"  # how the clustering is obtained, not what the split is: not in to_dict
-    validation: str = "iid"  # cfg.validation.kind
-    hold_out_both: bool = False  # cfg.validation.hold_out_both
-
-    _VALIDATION_KEYS = {"kind": "validation", "hold_out_both": "hold_out_both"}
-
-    @classmethod
-    def from_configs(cls, drift_cfg: Mapping[str, Any] | None, validation_cfg: Mapping[str, Any] | None = None) -> SplitConfig:
-        """Build and check a config from ``cfg.drift`` and ``cfg.validation`` (dicts or
-        DictConfigs). Unknown keys and bad values raise `ConfigError` naming the key."""
-        drift = _plain(drift_cfg)
-        validation = _plain(validation_cfg)
-        names = {f.name for f in fields(cls)} - set(cls._VALIDATION_KEYS.values())
-        if drift.get("kind") == "none":  # the dataset's own splits: other drift keys unused
-            drift = {"kind": "none"}
-        unknown = sorted(set(drift) - names)
-        if unknown:
-            raise ConfigError(f"drift.{unknown[0]}: unknown key; expected one of {sorted(names)}")
-        unknown = sorted(set(validation) - set(cls._VALIDATION_KEYS))
-        if unknown:
-            raise ConfigError(f"validation.{unknown[0]}: unknown key; expected one of {sorted(cls._VALIDATION_KEYS)}")
-        values = dict(drift)
-        values.update({cls._VALIDATION_KEYS[k]: v for k, v in validation.items()})
-        defaults = cls()
-        typed = {}
-        for f in fields(cls):
-            if f.name not in values:
-                continue
-            prefix = "validation." if f.name in cls._VALIDATION_KEYS.values() else "drift."
-            key = prefix + ("kind" if f.name == "validation" else f.name)
-            typed[f.name] = _typed(key, values[f.name], type(getattr(defaults, f.name)))
-        cfg = replace(defaults, **typed)
-        cfg.check()
-        return cfg
-
-    def check(self) -> None:
-        def bad(key: str, problem: str) -> ConfigError:
-            return ConfigError(f"{key}: {problem}")
-
-        if self.kind not in DRIFT_KINDS:
-            raise bad("drift.kind", f"{self.kind!r} is not one of {list(DRIFT_KINDS)}")
-        if self.validation not in VALIDATION_KINDS:
-            raise bad("validation.kind", f"{self.validation!r} is not one of {list(VALIDATION_KINDS)}")
-        if self.kind == "none":
-            return
-        if self.rare_slots not in RARE_SLOT_POLICIES:
-            raise bad("drift.rare_slots", f"{self.rare_slots!r} is not one of {list(RARE_SLOT_POLICIES)}")
-        if self.affinity not in AFFINITIES:
-            raise bad("drift.affinity", f"{self.affinity!r} is not one of {list(AFFINITIES)}")
-        if self.clusters not in CLUSTER_SOURCES:
-            raise bad("drift.clusters", f"{self.clusters!r} is not one of {list(CLUSTER_SOURCES)}")
-        if not 0 < self.partial_fraction <= 1:
-            raise bad("drift.partial_fraction", f"{self.partial_fraction} is not in (0, 1]")
-        for key in ("test_fraction", "valid_fraction"):
-            if not 0 < getattr(self, key) < 1:
-                raise bad(f"drift.{key}", f"{getattr(self, key)} is not in (0, 1)")
-        n_held_out = 2 if self.hold_out_both else 1
-        if self.test_fraction + n_held_out * self.valid_fraction >= 1:
-            raise bad("drift.test_fraction", "test + validation fractions leave no training data")
-        if self.n_clusters < 2:
-            raise bad("drift.n_clusters", f"{self.n_clusters} (need at least 2 clusters)")
-        if not 1 <= self.ngram_min <= self.ngram_max:
-            raise bad("drift.ngram_min", f"need 1 <= ngram_min ({self.ngram_min}) <= ngram_max ({self.ngram_max})")
-        if self.top_ngrams < 1:
-            raise bad("drift.top_ngrams", f"{self.top_ngrams} (need at least 1)")
-        for key in ("min_intent_freq", "min_slot_freq", "min_projected_size"):
-            if getattr(self, key) < 0:
-                raise bad(f"drift.{key}", f"{getattr(self, key)} is negative")
-        if self.seed < 0:
-            raise bad("drift.seed", f"{self.seed} is negative")
-
-    def to_dict(self) -> dict[str, dict[str, Any]]:
-        """The canonical nested form ``{"drift": {...}, "validation": {...}}`` (cache key, files)."""
-        values = asdict(self)
-        del values["clusters"]  # the split depends on the clustering itself (its record, in the key)
-        validation = {"kind": values.pop("validation"), "hold_out_both": values.pop("hold_out_both")}
-        drift = {"kind": "none"} if self.kind == "none" else values
-        return {"drift": drift, "validation": validation}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> SplitConfig:
-        return cls.from_configs(d["drift"], d["validation"])
-
-    def describe(self) -> str:
-        if self.kind == "none":
-            return "no drift (the dataset's own splits)"
-        drift = f"{self.kind} drift ({'partial ' + format(self.partial_fraction, 'g') if self.partial else 'full'})"
-        both = ", both held out" if self.hold_out_both else ""
-        return f"{drift}, {self.validation} validation{both}, seed {self.seed}"
-
-
-def _plain(cfg: Mapping[str, Any] | None) -> dict[str, Any]:
-    if cfg is None:
-        return {}
-    if isinstance(cfg, DictConfig):
-        cfg = OmegaConf.to_container(cfg, resolve=True)
-    if not isinstance(cfg, Mapping):
-        raise ConfigError(f"expected a mapping of options, got {type(cfg).__name__}")
-    return dict(cfg)
-
-
-def _typed(key: str, value: Any, kind: type) -> Any:
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: {value!r} is not true or false")
-    if kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: {value!r} is not an integer")
-    if kind is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
-        raise ConfigError(f"{key}: {value!r} is not a number")
-    if not isinstance(value, str):
-        raise ConfigError(f"{key}: {value!r} is not a string")
-    return value
-
-
-# --------------------------------------------------------------------------- filtering
-
-
-def slot_types(tags: Iterable[str]) -> set[str]:
-    """The slot types of an utterance's BIO tags (one per span start)."""
-    return {t[2:] for t in tags if t.startswith("B-")}
-
-
-def relabel(u: Utterance, rare: set[str] | frozenset[str]) -> Utterance:
-    """``u`` with every ``B-``/``I-`` tag of a type in ``rare`` replaced by ``O``."""
-    if not rare:
-        return u
-    tags = tuple("O" if t != "O" and t[2:] in rare else t for t in u.tags)
-    return u if tags == u.tags else replace(u, tags=tags)
-
-
-@dataclass(frozen=True)
-class Filtered:
-    """The filtered corpus: kept (possibly relabelled) utterances and why the others went."""
-
-    utterances: tuple[Utterance, ...]
-    removed: dict[str, str] = field(default_factory=dict)  # uid -> no_slots | rare_intent | rare_slot
-    relabelled_slots: tuple[str, ...] = ()
-
-    @classmethod
-    def of(cls, utterances: Iterable[Utterance]) -> Filtered:
-        """Utterances taken as they are (no filtering)."""
-        return cls(tuple(utterances))
-
-
-def filter_utterances(utterances: Sequence[Utterance], cfg: SplitConfig) -> Filtered:
-    """Drop slot-less utterances, rare intents and rare slot types (see the module docstring)."""
-    kept = list(utterances)
-    removed: dict[str, str] = {}
-    relabelled: set[str] = set()
-    while True:
-        before = (len(kept), len(relabelled))
-        if cfg.require_slots:
-            kept = _drop(kept, removed, "no_slots", lambda u: not slot_types(u.tags))
-        intents = Counter(u.intent for u in kept)
-        kept = _drop(kept, removed, "rare_intent", lambda u: intents[u.intent] < cfg.min_intent_freq)
-        spans = Counter(t[2:] for u in kept for t in u.tags if t.startswith("B-"))
-        rare = {s for s, n in spans.items() if n < cfg.min_slot_freq}
-        if cfg.rare_slots == "drop_utterance":
-            kept = _drop(kept, removed, "rare_slot", lambda u: bool(slot_types(u.tags) & rare))
-        else:
-            kept = [relabel(u, rare) for u in kept]
-            relabelled |= rare
-        if (len(kept), len(relabelled)) == before:
-            break
-    return Filtered(tuple(kept), removed, tuple(sorted(relabelled)))
-
-
-def _drop(kept: list[Utterance], removed: dict[str, str], reason: str, test) -> list[Utterance]:
-    out = []
-    for u in kept:
-        if test(u):
-            removed[u.uid] = reason
-        else:
-            out.append(u)
-    return out
-
-
-# --------------------------------------------------------------------------- labels
-
-
-def utterance_labels(u: Utterance) -> list[str]:
-    """The intent plus one ``<intent>-<slot type>`` label per slot type (once per utterance)."""
-    return [u.intent, *(f"{u.intent}-{s}" for s in sorted(slot_types(u.tags)))]
+# --------------------------------------------------------------------------- label budgets
 
 
 def round_half_up(x: float) -> int:
@@ -621,14 +381,4 @@ def split_by_clusters(filtered: Filtered | Sequence[Utterance], cluster_ids: Seq
     return DriftSplit(assignments, cfg.to_dict(), filtered.relabelled_slots, info)
 
 
-__all__ = [
-    "Assignment",
-    "DriftSplit",
-    "Filtered",
-    "SplitConfig",
-    "filter_utterances",
-    "identity_split",
-    "relabel",
-    "split_by_clusters",
-    "utterance_labels",
-]
+__all__ = ["Assignment", "DriftSplit", "identity_split", "split_by_clusters"]

@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from robustnlu.data.utterance import SPLITS, Corpus, Utterance
-from robustnlu.seqdrift.split import DriftSplit, utterance_labels
+from robustnlu.seqdrift.filtering import utterance_labels
+from robustnlu.seqdrift.split import DriftSplit
 
 HISTOGRAM_BINS = ((1, 1), (2, 4), (5, 9), (10, 19), (20, 49), (50, 99), (100, 199), (200, 499), (500, None))
 

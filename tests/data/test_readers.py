@@ -14,7 +14,8 @@ from hydra import compose, initialize_config_dir
 
 from robustnlu.data.readers import load_corpus
 from robustnlu.data.readers.top_tree import parse_tree
-from robustnlu.data.utterance import Corpus, LabelVocab, bio_problem
+from robustnlu.data.bio import bio_problem
+from robustnlu.data.utterance import Corpus, LabelVocab
 from robustnlu.errors import ConfigError, DataError
 
 TOPV2_DOMAINS = (
@@ -71,7 +72,7 @@ def test_top_keeps_only_non_nested_trees(shipped_corpus: LoadShipped, repo_root:
 def test_top_first_rows(shipped_corpus: LoadShipped) -> None:
     train = shipped_corpus("top").train
     assert train[0].intent == "GET_ESTIMATED_DURATION"
-    assert train[0].text == "How long will it take to drive from Chicago to Mississippi"
+    assert " ".join(train[0].tokens) == "How long will it take to drive from Chicago to Mississippi"
     assert train[0].tags == ("O",) * 6 + ("B-METHOD_TRAVEL", "O", "B-SOURCE", "O", "B-DESTINATION")
     # rows 2-5 of train.tsv are nested and skipped: uids keep the file's row index
     assert [u.uid for u in train[:3]] == ["top-train-00000", "top-train-00001", "top-train-00006"]
@@ -96,7 +97,7 @@ def test_topv2_empty_slot_is_dropped(shipped_corpus: LoadShipped) -> None:
     """alarm_train.tsv line 3071 (row 3069): `[SL:DATE_TIME for 30,32 ] [SL:DATE_TIME ] and`."""
     uid = "topv2_alarm-alarm_train-03069"
     [row] = [u for u in shipped_corpus("topv2_alarm").train if u.uid == uid]
-    assert row.text == "set alarms for 30,32 and 35 minutes"
+    assert " ".join(row.tokens) == "set alarms for 30,32 and 35 minutes"
     assert row.tags == ("O", "O", "B-DATE_TIME", "I-DATE_TIME", "O", "B-DATE_TIME", "I-DATE_TIME")
 
 

@@ -8,8 +8,9 @@ from collections.abc import Callable
 
 from hypothesis import strategies as st
 
-from robustnlu.data.utterance import Utterance, bio_problem
-from robustnlu.metrics import extract_spans
+from robustnlu.data.bio import bio_problem
+from robustnlu.data.utterance import Utterance
+from robustnlu.data.bio import slot_spans
 from robustnlu.noise.base import NoiseTransform
 
 WORDS = ("book", "a", "flight", "from", "san", "jose", "to", "nyc", "please", "play", "music", "by",
@@ -44,7 +45,7 @@ def utt(text: str, tags: str | None = None, uid: str = "u1", intent: str = "x") 
 
 def slot_values(u: Utterance) -> list[tuple[str, tuple[str, ...]]]:
     """(type, value tokens) of every span, left to right."""
-    return [(typ, u.tokens[s:e]) for typ, s, e in sorted(extract_spans(list(u.tags)), key=lambda x: x[1])]
+    return [(typ, u.tokens[s:e]) for typ, s, e in slot_spans(u.tags)]
 
 
 def assert_noise_properties(make: Callable[..., NoiseTransform], u: Utterance, seed: int, rate: float) -> Utterance:

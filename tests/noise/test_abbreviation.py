@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from robustnlu.errors import DataError
-from robustnlu.metrics import extract_spans
+from robustnlu.data.bio import slot_spans
 from robustnlu.noise.abbreviation import DEFAULT_KB, HOMOPHONES, Abbreviation, drop_vowels, load_abbreviations
 from robustnlu.noise.base import TARGET_TOKENS
 from tests.noise.strategies import assert_noise_properties, utt, utterances
@@ -37,8 +37,8 @@ def test_noise_properties(target_tokens, u, seed, rate):
     out = assert_noise_properties(functools.partial(Abbreviation, target_tokens=target_tokens), u, seed, rate)
     assert len(out.tokens) <= len(u.tokens)  # 1→1 or n→1
     # every slot survives (as one span of the same type, possibly shorter)
-    assert [t for t, _, _ in sorted(extract_spans(list(out.tags)), key=lambda x: x[1])] == \
-        [t for t, _, _ in sorted(extract_spans(list(u.tags)), key=lambda x: x[1])]
+    assert [t for t, _, _ in slot_spans(out.tags)] == \
+        [t for t, _, _ in slot_spans(u.tags)]
 
 
 # --- the shipped knowledge base

@@ -16,7 +16,7 @@ from robustnlu.data.readers import load_corpus
 from robustnlu.data.readers.noisy_tsv import io_to_bio, read_noisy_tsv
 from robustnlu.data.utterance import Corpus, Utterance
 from robustnlu.errors import ConfigError, DataError
-from robustnlu.noise.suite import NoisyPair, load_noisy_suite, normalise, suite_report
+from robustnlu.noise.suite import NoisyPair, load_noisy_suite, normalise, slot_pairs
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "data/noisy_nlu"
@@ -93,9 +93,6 @@ def test_noise_names_uids_and_table(pairs: dict[tuple[str, str], NoisyPair]) -> 
     assert casing.source == "data/noisy_nlu/snips/allcaps/treatment_test.tsv"
     assert casing.treatment[0].uid == "noisy_nlu/snips/allcaps/2"
     assert all(u.domain is None for p in pairs.values() for u in p.treatment)
-    table = suite_report(list(pairs.values()))
-    assert table.splitlines()[0].split()[:3] == ["dataset", "noise", "file"]
-    assert len(table.splitlines()) == 14 and "valid 699" in table
 
 
 # --- control recovery ----------------------------------------------------------------------------
@@ -286,3 +283,10 @@ def test_config_composes_under_suite_group() -> None:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(overrides=["+suite=noisy_nlu"])
     assert cfg.suite.noisy_nlu.kind == "released" and cfg.suite.noisy_nlu.on_malformed == "skip"
+
+
+def test_slot_pairs_read_spans_the_io_way() -> None:
+    """The release is IO-labelled: adjacent spans of one type are one value; an I- opens one."""
+    u = Utterance("u", ("to", "new", "york", "city", "at", "Noon"), ("O", "B-city", "B-city", "I-city", "O", "I-time"), "x")
+    assert slot_pairs(u) == (("city", "newyorkcity"), ("time", "noon"))
+

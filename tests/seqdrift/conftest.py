@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from robustnlu.data.utterance import Corpus, Utterance
-from robustnlu.seqdrift.split import SplitConfig
+from robustnlu.seqdrift.config import SplitConfig
 
 
 def utterance(uid: str, intent: str, slots: Sequence[str] = ("x",)) -> Utterance:

@@ -162,7 +162,7 @@ def compose_seqdrift(overrides):
 @pytest.mark.parametrize("drift", sorted(p.stem for p in (REPO / "conf/drift").glob("*.yaml")))
 @pytest.mark.parametrize("validation", ["iid", "ood"])
 def test_every_drift_and_validation_config_composes_and_checks(drift, validation):
-    from robustnlu.seqdrift.split import SplitConfig
+    from robustnlu.seqdrift.config import SplitConfig
 
     cfg = compose_seqdrift([f"drift={drift}", f"validation={validation}"])
     split_cfg = SplitConfig.from_configs(cfg.drift, cfg.validation)
@@ -200,3 +200,11 @@ def test_cli_writes_split_and_stats_and_inspects_clusters(tmp_path):
     assert len(cached) == 1 and cached[0].read_bytes() == split_file.read_bytes()
     again = run_cli([*args, f"hydra.run.dir={tmp_path / 'run2'}"], cwd=tmp_path, module="robustnlu.seqdrift")
     assert again.returncode == 0 and "reusing cached split" in again.stdout + again.stderr
+
+
+def test_inspect_shows_each_slot_span_in_brackets():
+    from robustnlu.data.utterance import Utterance
+    from robustnlu.seqdrift.__main__ import render
+
+    u = Utterance("u", ("play", "too", "poetic", "by", "x"), ("O", "B-artist", "I-artist", "O", "I-song"), "Play")
+    assert render(u) == f"{'Play':<24} play [artist: too poetic] by [song: x]"

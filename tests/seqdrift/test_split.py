@@ -7,15 +7,11 @@ from collections import Counter, defaultdict
 
 import pytest
 
+from robustnlu.data.utterance import Utterance
 from robustnlu.errors import ConfigError, RobustNLUError
-from robustnlu.seqdrift.split import (
-    DriftSplit,
-    SplitConfig,
-    filter_utterances,
-    identity_split,
-    split_by_clusters,
-    utterance_labels,
-)
+from robustnlu.seqdrift.config import SplitConfig
+from robustnlu.seqdrift.filtering import filter_utterances, utterance_labels
+from robustnlu.seqdrift.split import DriftSplit, identity_split, split_by_clusters
 
 
 def members(ids):
@@ -264,6 +260,15 @@ def test_filter_repeats_until_stable(make_utterance, config):
     out = filter_utterances(utts, config(min_intent_freq=2, min_slot_freq=2, rare_slots="drop_utterance"))
     assert [u.uid for u in out.utterances] == ["u1", "u3"]
     assert out.removed == {"u2": "rare_slot", "u0": "rare_intent"}
+
+
+def test_filter_counts_only_spans_opened_by_b(config):
+    """Slot types and span counts read tags strictly: an I- after O opens no span."""
+    orphan = Utterance("u0", ("w", "v"), ("O", "I-x"), "A")
+    two = Utterance("u1", ("v", "w"), ("B-x", "I-y"), "A")
+    out = filter_utterances([orphan, two], config(require_slots=True, min_slot_freq=1))
+    assert [u.uid for u in out.utterances] == ["u1"] and out.removed == {"u0": "no_slots"}
+    assert utterance_labels(two) == ["A", "A-x"]
 
 
 def test_labels_count_each_intent_slot_pair_once(make_utterance):

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from robustnlu.data.utterance import SPLITS, Utterance, bio_problem
+from robustnlu.data.bio import bio_problem
+from robustnlu.data.utterance import SPLITS, Utterance
 from robustnlu.errors import ConfigError, DataError
 
 _MISSING = "???"  # OmegaConf's mandatory-value marker, kept as a string by to_container

@@ -21,7 +21,8 @@ from robustnlu.data.readers.common import (
     read_lines,
     split_mapping,
 )
-from robustnlu.data.utterance import Utterance, bio_violation
+from robustnlu.data.bio import bio_violation
+from robustnlu.data.utterance import Utterance
 from robustnlu.errors import ConfigError, DataError
 
 
