@@ -431,6 +431,11 @@ TINY_POSITIONS_RULE = Rule(
     "data.max_length", lambda c, _: c["encoder"]["kind"] != "tiny" or c["data"]["max_length"] <= c["encoder"]["max_position_embeddings"],
     "must be <= encoder.max_position_embeddings")
 
+CONATURAL_RULE = Rule(
+    "optimizer.name", lambda c, _: c["optimizer"]["name"] != "conatural" or c.get("efficiency") is not None,
+    "conatural preconditions with the source task's Fisher: use it with efficiency=topv2 efficiency.mode=adapt "
+    "(the protocol checks the mode)")
+
 SPLIT_RULE = Rule("drift.test_fraction", fractions_leave_training_data,
                   "test + validation fractions (validation twice with validation.hold_out_both) must be < 1")
 
@@ -555,8 +560,8 @@ def selection() -> Variants:
 
 def optimizer() -> Variants:
     """conf/optimizer/ (core paper Table 9; thesis ch. 7 for conatural)."""
-    shared = {"name": text(), "lr": number(POSITIVE), "weight_decay": number(NON_NEGATIVE),
-              "warmup_steps": integer(NON_NEGATIVE)}
+    shared = {"_target_": Importable(), "_partial_": flag(), "name": text(), "lr": number(POSITIVE),
+              "weight_decay": number(NON_NEGATIVE), "warmup_steps": integer(NON_NEGATIVE)}
     return Variants("name", {
         "adamw": Node({**shared, "betas": Seq(number("[0, 1)"), length=2), "eps": number(POSITIVE)}),
         "conatural": Node({**shared, "damping": number(POSITIVE), "fisher_samples": integer(AT_LEAST_1),
@@ -643,7 +648,7 @@ def efficiency() -> Node:
     """conf/efficiency/topv2.yaml (paper 003; robustnlu/efficiency/subsets.py)."""
     from robustnlu.efficiency.subsets import TOPV2_DOMAINS
 
-    return Node({"percent": number("[0, 100]"), "mode": choice("joint", "adapt"), "init_from": text(null=True),
+    return Node({"_target_": Importable(), "percent": number("[0, 100]"), "mode": choice("joint", "adapt"), "init_from": text(null=True),
                  "sources": Seq(choice(*TOPV2_DOMAINS), min_length=1, null=True),
                  "source_limit": integer(AT_LEAST_1, null=True), "valid": choice("same", "full"),
                  "subset_seed": integer(SEED)}, null=True)
@@ -665,7 +670,7 @@ def schema(config_name: str) -> Node:
             "method": method(), "selection": selection(), "augment": augment(),
             "callbacks": callbacks(), "logger": loggers(), "suite": suites(), "paths": paths(),
             "efficiency": efficiency(),
-        }, optional=frozenset({"suite", "efficiency", "adversary"}), rules=(SPLIT_RULE, TINY_POSITIONS_RULE))
+        }, optional=frozenset({"suite", "efficiency", "adversary"}), rules=(SPLIT_RULE, TINY_POSITIONS_RULE, CONATURAL_RULE))
     if config_name == "seqdrift":  # python -m robustnlu.seqdrift
         return Node({"dataset": dataset(), "drift": drift(), "validation": validation(), "paths": paths(),
                      "inspect": integer(NON_NEGATIVE), "inspect_examples": integer(NON_NEGATIVE),

@@ -32,8 +32,8 @@ BAD_VALUES = {
     "seed not int": (["seed=abc"], "error: seed: must be an integer (got abc)"),
     "negative epochs": (["trainer.max_epochs=-3"], "error: trainer.max_epochs: must be >= 1 (got -3)"),
     "unknown key": (["+optimizer.momentum=0.9"],
-                    "error: optimizer.momentum: unknown key (optimizer has betas, eps, lr, name, warmup_steps, "
-                    "weight_decay) (got 0.9)"),
+                    "error: optimizer.momentum: unknown key (optimizer has _partial_, _target_, betas, eps, lr, name, "
+                    "warmup_steps, weight_decay) (got 0.9)"),
     # Hydra's own errors (the config cannot be composed) end the same way, on one line
     "key without +": (["trainer.foo=1"],
                       "error: Could not override 'trainer.foo'; To append to your config use +trainer.foo=1; "

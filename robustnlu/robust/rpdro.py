@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from robustnlu.model.jointbert import TaskLosses
-from robustnlu.module import weight_decay_groups
+from robustnlu.optim import weight_decay_groups
 from robustnlu.robust.base import RobustObjective
 
 
