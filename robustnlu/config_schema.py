@@ -278,8 +278,6 @@ class Variants(Spec):
     null: bool = False
 
     def check(self, key: str, value: Any, root: Mapping[str, Any]) -> None:
-        if value == {} and self.null:  # adversary=none is an empty node
-            return
         if not present(self, key, value, dict, "a mapping"):
             return
         which = value.get(self.by)
@@ -490,28 +488,41 @@ def suites() -> MapOf:
     }))
 
 
-def adversary() -> Variants:
-    """conf/adversary/: the group source or adversary of a method (empty for none)."""
-    from robustnlu.adversary.autoencoder import BETA_WEIGHTS
-    from robustnlu.adversary.generative_lm import OUTPUT_VOCABS
-
-    options = (
-        instance("robustnlu.adversary.autoencoder.OnlineAutoencoder", {
-            "latent_groups": integer(AT_LEAST_1), "dropout": number(DROPOUT), "beta": number(NON_NEGATIVE),
-            "beta_weights": choice(*BETA_WEIGHTS)}, checked_only=True),
-        instance("robustnlu.adversary.generative_lm.GenerativeLM", {
-            "hidden_size": integer(AT_LEAST_1), "num_layers": integer(AT_LEAST_1), "dropout": number(DROPOUT),
-            "output_vocab": choice(*OUTPUT_VOCABS)}, checked_only=True),
-        instance("robustnlu.adversary.lda_topics.LDATopics", {
+def group_sources() -> Variants:
+    """conf/groups/seqdrift_clusters.yaml, lda_topics.yaml: ``method.groups`` of the group methods."""
+    return by_target((
+        instance("robustnlu.groups.seqdrift_clusters.SeqDriftClusters", checked_only=True),
+        instance("robustnlu.groups.lda_topics.LDATopics", {
             "n_topics": integer(AT_LEAST_1), "doc_topic_prior": number(POSITIVE), "topic_word_prior": number(POSITIVE),
             "max_vocabulary": integer(AT_LEAST_1), "stop_words": choice("english", null=True),
             "assignment": choice("hard", "soft"), "passes": integer(AT_LEAST_1), "doc_iterations": integer(AT_LEAST_1),
             "chunk_size": integer(AT_LEAST_1), "learning_offset": number("[1, inf)"), "learning_decay": number(PROBABILITY),
             "seed": integer(SEED)}, checked_only=True),
-        instance("robustnlu.adversary.ratio.RatioAdversary", {"n_layers": integer(AT_LEAST_1)}, checked_only=True),
-        instance("robustnlu.adversary.groups.SeqDriftClusters", checked_only=True),
-    )
-    return by_target(options, null=True)
+    ))
+
+
+def autoencoder() -> Variants:
+    """conf/groups/autoencoder.yaml: ``method.groups`` of TopK-AE."""
+    from robustnlu.groups.autoencoder import BETA_WEIGHTS
+
+    return by_target((instance("robustnlu.groups.autoencoder.OnlineAutoencoder", {
+        "latent_groups": integer(AT_LEAST_1), "dropout": number(DROPOUT), "beta": number(NON_NEGATIVE),
+        "beta_weights": choice(*BETA_WEIGHTS)}, checked_only=True),))
+
+
+def generative_lm() -> Variants:
+    """conf/adversary/generative_lm.yaml: ``method.adversary`` of P-DRO."""
+    from robustnlu.adversary.generative_lm import OUTPUT_VOCABS
+
+    return by_target((instance("robustnlu.adversary.generative_lm.GenerativeLM", {
+        "hidden_size": integer(AT_LEAST_1), "num_layers": integer(AT_LEAST_1), "dropout": number(DROPOUT),
+        "output_vocab": choice(*OUTPUT_VOCABS)}, checked_only=True),))
+
+
+def ratio_net() -> Variants:
+    """conf/adversary/ratio_net.yaml: ``method.adversary`` of R-PDRO."""
+    return by_target((instance("robustnlu.adversary.ratio.RatioAdversary", {"n_layers": integer(AT_LEAST_1)},
+                               checked_only=True),))
 
 
 def method() -> Variants:
@@ -522,23 +533,23 @@ def method() -> Variants:
         return Node({"_target_": Importable(), "name": text(), **keys})
 
     k = integer(AT_LEAST_1)
-    topk_ae = node(adversary=Anything(), k=k, assignment=choice(*ASSIGNMENTS), ae_lr=number(POSITIVE),
+    topk_ae = node(groups=autoencoder(), k=k, assignment=choice(*ASSIGNMENTS), ae_lr=number(POSITIVE),
                    ae_weight_decay=number(NON_NEGATIVE))
     return Variants("name", {
         "erm": node(),
         "topk": node(k=k),
-        "topk_group": node(groups=Anything(), k=k, sampling=SAMPLING),
+        "topk_group": node(groups=group_sources(), k=k, sampling=SAMPLING),
         "topk_ae_prob": topk_ae,
         "topk_ae_bin": topk_ae,
-        "group_dro": node(groups=Anything(), step_size=number(POSITIVE), decay=number("(0, 1]"),
+        "group_dro": node(groups=group_sources(), step_size=number(POSITIVE), decay=number("(0, 1]"),
                           shared_weights=flag(), sampling=SAMPLING),
-        "topic_cvar": node(groups=Anything(), alpha=number("(0, 1]"), ema_step=number("(0, 1]"),
+        "topic_cvar": node(groups=group_sources(), alpha=number("(0, 1]"), ema_step=number("(0, 1]"),
                            renormalize=flag(), sampling=SAMPLING),
         "nonparam_kl": node(kappa=number(POSITIVE), detach_weights=flag()),
-        "rpdro": node(adversary=Anything(), tau=number(POSITIVE), lr=number(POSITIVE),
+        "rpdro": node(adversary=ratio_net(), tau=number(POSITIVE), lr=number(POSITIVE),
                       weight_decay=number(NON_NEGATIVE), betas=Seq(number("[0, 1)"), length=2), eps=number(POSITIVE),
                       max_grad_norm=number(POSITIVE, null=True), min_batch_size=integer(AT_LEAST_1)),
-        "pdro": node(adversary=Anything(), temperature=number(POSITIVE), window=integer(AT_LEAST_1),
+        "pdro": node(adversary=generative_lm(), temperature=number(POSITIVE), window=integer(AT_LEAST_1),
                      adversary_lr=number(POSITIVE), max_grad_norm=number(POSITIVE, null=True),
                      pretrain_epochs=integer(NON_NEGATIVE), pretrain_lr=number(POSITIVE),
                      pretrain_batch_size=integer(AT_LEAST_1), seed=integer(SEED)),
@@ -662,15 +673,15 @@ def schema(config_name: str) -> Node:
     if config_name == "config":  # python -m robustnlu
         return Node({
             "seed": seed, "resume": flag(), "keep_last_checkpoint": flag(), "scenario": text(),
+            "optimized_metric": text(pattern=r"(valid|test)/\w+"),
             "optimizer": optimizer(), "trainer": trainer(), "data": data(),
             "dataset": dataset(), "drift": drift(), "validation": validation(),
             "encoder": encoder(), "model": Node({"dropout": number(DROPOUT), "crf": flag(),
                                                  "intent_loss_scale": number(NON_NEGATIVE)}),
-            "adversary": adversary(),
             "method": method(), "selection": selection(), "augment": augment(),
             "callbacks": callbacks(), "logger": loggers(), "suite": suites(), "paths": paths(),
             "efficiency": efficiency(),
-        }, optional=frozenset({"suite", "efficiency", "adversary"}), rules=(SPLIT_RULE, TINY_POSITIONS_RULE, CONATURAL_RULE))
+        }, optional=frozenset({"suite", "efficiency"}), rules=(SPLIT_RULE, TINY_POSITIONS_RULE, CONATURAL_RULE))
     if config_name == "seqdrift":  # python -m robustnlu.seqdrift
         return Node({"dataset": dataset(), "drift": drift(), "validation": validation(), "paths": paths(),
                      "inspect": integer(NON_NEGATIVE), "inspect_examples": integer(NON_NEGATIVE),

@@ -36,7 +36,6 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
-from robustnlu.cli import repo_root
 from robustnlu.data.datamodule import SLUDataModule
 from robustnlu.data.utterance import Corpus
 from robustnlu.data.readers import load_corpus
@@ -47,6 +46,7 @@ from robustnlu.io import atomic_write_json, atomic_write_jsonl, atomic_write_tex
 from robustnlu.model.encoders import build_encoder, load_tokenizer
 from robustnlu.module import SLUModule
 from robustnlu.noise.augment import augment_corpus
+from robustnlu.paths import repo_root
 from robustnlu.precision import resolve_precision
 from robustnlu.predict import Predictor
 from robustnlu.resume import ResumePoint, discard_last_checkpoint, record_wandb_run, resume_point, wandb_run_id

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from robustnlu.adversary.groups import SeqDriftClusters
+from robustnlu.groups.seqdrift_clusters import SeqDriftClusters
 from robustnlu.data.datamodule import SLUDataModule
 from robustnlu.data.utterance import Corpus, Utterance
 from robustnlu.model.encoders import build_encoder
