@@ -15,7 +15,7 @@ from sklearn.metrics import normalized_mutual_info_score
 
 from integration_helpers import compose_config
 from robustnlu.groups.autoencoder import OnlineAutoencoder
-from robustnlu.robust.base import ModelSpec
+from robustnlu.model.spec import ModelSpec
 from robustnlu.robust.topk_ae import TopKAE
 from tests.robust.helpers import task_losses
 
