@@ -35,21 +35,16 @@ from omegaconf import DictConfig, open_dict
 
 from robustnlu.config_schema import check_config
 from robustnlu.errors import ConfigError, RobustNLUError, report
+from robustnlu.paths import REPO_ROOT, repo_root  # noqa: F401  (re-exported: the entry points' repository root)
 from robustnlu.rundir import RunDir
 
 T = TypeVar("T")
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 class JobFailed(RobustNLUError, CompactHydraException):
     """A job of a multirun stopped on a user error. A `CompactHydraException`: when the sweep
     re-raises it at the end, Hydra prints its one-line message rather than a traceback.
     ``str(err)`` is ``"error: <message>"``; the original error is its ``__cause__`` (in-process)."""
-
-
-def repo_root(cfg: DictConfig) -> Path:
-    """Where relative data paths are resolved: ``paths.root`` or the repository root."""
-    return Path(cfg.paths.root) if cfg.paths.get("root") else REPO_ROOT
 
 
 def discard_run_dir(run_dir: Path) -> None:
@@ -85,9 +80,17 @@ def run_or_exit(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
         sys.exit(status)
 
 
+#: where a method's groups and adversary are chosen since they moved into the method's node
+#: (conf/method/*.yaml's defaults): added to Hydra's message for ``groups=`` / ``adversary=``
+METHOD_NODE_GROUPS = ("a method's group source is chosen with groups@method.groups=<name> (conf/groups/: "
+                      "seqdrift_clusters, lda_topics, autoencoder), its learned adversary with "
+                      "adversary@method.adversary=<name> (conf/adversary/: ratio_net, generative_lm)")
+
+
 def hydra_message(err: CompactHydraException) -> str:
     """Hydra's message for a config it cannot compose, on one line (its OmegaConf cause
-    included; the config search path and OmegaConf's key details left out)."""
+    included; the config search path and OmegaConf's key details left out); an override of
+    ``groups=`` or ``adversary=`` gets `METHOD_NODE_GROUPS`."""
     text = str(err).split("Config search path:")[0]
     if err.__cause__ is not None and str(err.__cause__) not in text:
         text += "\n" + str(err.__cause__)
@@ -99,6 +102,8 @@ def hydra_message(err: CompactHydraException) -> str:
             parts[-1] += (" " if parts[-1].endswith(":") else ", ") + line.strip()
         else:
             parts.append(line.strip().rstrip("."))
+    if re.search(r"Could not override '(groups|adversary)'", text):
+        parts.append(METHOD_NODE_GROUPS)
     return "; ".join(parts)
 
 

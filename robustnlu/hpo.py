@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "study_name": name,
         "storage": storage,
+        "optimized_metric": cfg.optimized_metric,
         "direction": study.direction.name.lower(),
         "n_trials": len(study.trials),
         "n_complete": sum(t.state.name == "COMPLETE" for t in study.trials),

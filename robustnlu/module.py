@@ -31,34 +31,20 @@ from hydra.utils import instantiate
 from lightning_fabric.utilities.rank_zero import rank_zero_warn
 from omegaconf import OmegaConf
 from torch import nn
-from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
 from robustnlu.checkpoint import CHECKPOINT_FORMAT, FORMAT_KEY, first_line, read_checkpoint
 from robustnlu.data.utterance import LabelVocab
 from robustnlu.distributed import gather_task_losses
-from robustnlu.efficiency.conatural import CoNaturalSGD
 from robustnlu.errors import ConfigError, DataError, NonFiniteLoss
 from robustnlu.metrics import SLUMetrics
 from robustnlu.model.encoders import encoder_from_config
 from robustnlu.model.jointbert import JointBERT, TaskLosses
+from robustnlu.model.spec import ModelSpec
+from robustnlu.optim import build_optimizer
 from robustnlu.precision import fp32
-from robustnlu.robust.base import ModelSpec
 
 #: ``trainer.on_nonfinite``: what a training batch with a NaN or infinite per-example loss does
 ON_NONFINITE = ("stop", "skip")
-
-#: parameters without weight decay (JointBERT / BERT fine-tuning convention)
-NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias")
-
-
-def weight_decay_groups(module: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Optimiser parameter groups: ``weight_decay`` on the weights, none on biases and LayerNorm."""
-    named = list(module.named_parameters())
-    return [
-        {"params": [p for n, p in named if not any(k in n for k in NO_DECAY)], "weight_decay": float(weight_decay)},
-        {"params": [p for n, p in named if any(k in n for k in NO_DECAY)], "weight_decay": 0.0},
-    ]
-
 
 class SLUModule(pl.LightningModule):
     def __init__(
@@ -118,9 +104,6 @@ class SLUModule(pl.LightningModule):
         #: sums of the epoch's per-example slot and intent losses and their count (logged as means
         #: at the epoch's end; in checkpoints, so an epoch resumed in its middle logs the same means)
         self.task_loss_sums = torch.zeros(3)
-        #: the source task's diagonal Fisher, one tensor per encoder parameter (optimizer=conatural;
-        #: set by `robustnlu.efficiency.adapt.source_fisher`; resumed runs get it from the optimizer state)
-        self.source_fisher: list[torch.Tensor] | None = None
         #: the collator's pad value of each batch tensor, to gather batches under DDP; set from the
         #: data module in `setup` (None without one, e.g. `make bench`'s pre-collated batches:
         #: then training runs on one process, where nothing is gathered)
@@ -252,28 +235,9 @@ class SLUModule(pl.LightningModule):
         self.task_loss_sums = torch.zeros(3, device=self.device)
 
     def configure_optimizers(self):
-        """AdamW (``optimizer=adamw``) or the co-natural SGD (``optimizer=conatural``, with
-        `source_fisher` set: the encoder preconditioned, the heads plain SGD), linear warm-up and
-        decay (or a constant rate with ``linear_decay: false``). The objective trains its own
-        parameters itself."""
-        opt = self.hparams.optimizer
-        if opt.get("name", "adamw") == "conatural":
-            if self.source_fisher is None:
-                raise ConfigError("optimizer=conatural needs the source task's Fisher: use it with efficiency.mode=adapt")
-            heads = [p for n, p in self.model.named_parameters() if not n.startswith("encoder.")]
-            optimizer = CoNaturalSGD(
-                [*weight_decay_groups(self.model.encoder, opt["weight_decay"]),
-                 {"params": heads, "precondition": False, "weight_decay": 0.0}],
-                lr=opt["lr"], damping=opt["damping"])
-            fisher = dict(zip(map(id, self.model.encoder.parameters()), self.source_fisher, strict=True))
-            optimizer.set_fisher([fisher[id(p)] for p in optimizer.preconditioned_params()])
-        else:
-            optimizer = torch.optim.AdamW(weight_decay_groups(self.model, opt["weight_decay"]), lr=opt["lr"],
-                                          betas=tuple(opt["betas"]), eps=opt["eps"])
-        total = self.trainer.estimated_stepping_batches if opt.get("linear_decay", True) else None
-        scheduler = (get_linear_schedule_with_warmup(optimizer, opt["warmup_steps"], total) if total
-                     else get_constant_schedule_with_warmup(optimizer, opt["warmup_steps"]))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        """The ``optimizer=`` option's optimiser over the SLU model and its learning-rate schedule
+        (`robustnlu.optim.build_optimizer`). The objective trains its own parameters itself."""
+        return build_optimizer(self.hparams.optimizer, self.model, lambda: self.trainer.estimated_stepping_batches)
 
     # --- evaluation -----------------------------------------------------------------------
     def _eval_step(self, batch: dict[str, torch.Tensor], split: str) -> None:

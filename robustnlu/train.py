@@ -36,14 +36,10 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
-from robustnlu.cli import repo_root
 from robustnlu.data.datamodule import SLUDataModule
 from robustnlu.data.utterance import Corpus
 from robustnlu.data.readers import load_corpus
 from robustnlu.distributed import check_launch
-from robustnlu.efficiency.adapt import prepare_adaptation, score_sources, source_forgetting
-from robustnlu.efficiency.subsets import EfficiencySplit, efficiency_split
-from robustnlu.errors import ConfigError
 from robustnlu.evaluate import evaluate_suites, write_robustness
 from robustnlu.extras import require
 from robustnlu.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
@@ -51,6 +47,7 @@ from robustnlu.metrics.registry import RUN_SUMMARY
 from robustnlu.model.encoders import build_encoder, load_tokenizer
 from robustnlu.module import SLUModule
 from robustnlu.noise.augment import augment_corpus
+from robustnlu.paths import repo_root
 from robustnlu.precision import resolve_precision
 from robustnlu.predict import Predictor
 from robustnlu.resume import ResumePoint, discard_last_checkpoint, record_wandb_run, resume_point, wandb_run_id
@@ -90,10 +87,10 @@ def wandb_options(logger_cfg: DictConfig, out_dir: Path, wandb_id: str | None) -
     return {**options, **({"id": wandb_id, "resume": "allow"} if wandb_id else {})}
 
 
-def build_trainer(cfg: DictConfig, wandb_id: str | None = None) -> pl.Trainer:
-    """The trainer with the configured callbacks and loggers; ``wandb_id``: log into that
-    W&B run (a resumed run continues its W&B run)."""
-    callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None]
+def build_trainer(cfg: DictConfig, wandb_id: str | None = None, extra_callbacks: list[pl.Callback] = ()) -> pl.Trainer:
+    """The trainer with the configured callbacks (then ``extra_callbacks``) and loggers;
+    ``wandb_id``: log into that W&B run (a resumed run continues its W&B run)."""
+    callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None] + list(extra_callbacks)
     if any("Wandb" in c._target_ for c in (cfg.logger or {}).values() if c is not None):
         require("wandb", "wandb", "logger=wandb")
     out_dir = Path(cfg.paths.output_dir)
@@ -128,28 +125,32 @@ class RunParts(NamedTuple):
     datamodule: SLUDataModule  # its training split augmented when augment=<noise type>
     module: SLUModule
     augmentation: dict[str, Any] | None  # what augment did (results.json), None without
-    efficiency: EfficiencySplit | None  # with efficiency=topv2: the protocol's corpus and record
+    protocol: Any  # the ``efficiency=`` protocol object (its corpus, callbacks and record), None without
+    callbacks: list[pl.Callback]  # the protocol's, trained with besides ``cfg.callbacks``
 
 
 def prepare(cfg: DictConfig) -> RunParts:
-    """The corpus (re-split by the drift split; ``drift=none``: as is; ``efficiency=topv2``:
-    sources + a target subset), the drift split, the data module (training split augmented by
-    ``cfg.augment``; groups = SeqDrift clusters) and a new module around the pre-trained encoder
-    (``efficiency.mode=adapt``: with the source model's weights)."""
-    efficiency = efficiency_split(cfg.dataset, cfg.efficiency, repo_root(cfg)) if cfg.get("efficiency") else None
-    if efficiency and cfg.drift.kind != "none":
-        raise ConfigError("efficiency=topv2 splits by domain and subset; it does not combine with a drift split")
-    corpus = efficiency.corpus if efficiency else load_corpus(cfg.dataset, repo_root(cfg))
+    """The corpus (re-split by the drift split; ``drift=none``: as is), the drift split, the data
+    module (training split augmented by ``cfg.augment``; groups = SeqDrift clusters) and a new
+    module around the pre-trained encoder.
+
+    An optional protocol (``efficiency=``: an object its config's ``_target_`` names, e.g.
+    `robustnlu.efficiency.protocol.EfficiencyProtocol`) may replace the corpus and its label
+    vocabulary (``corpus(cfg, root)``), prepare the module and add callbacks
+    (``attach(module, tokenizer, cfg)``) and add to results.json (``record()``)."""
+    protocol = instantiate(cfg.efficiency, _convert_="all") if cfg.get("efficiency") else None
+    corpus, vocab = (protocol.corpus(cfg, repo_root(cfg)) if protocol
+                     else (load_corpus(cfg.dataset, repo_root(cfg)), None))
     drift_split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir, repo_root(cfg) / SHIPPED_DIR)
     corpus = drift_split.apply(corpus)
     trained_on, groups, augmentation = augment_corpus(corpus, drift_split.groups(), cfg.augment, cfg.seed)
-    vocab = efficiency.vocab if efficiency else trained_on.vocab()
+    vocab = vocab if vocab is not None else trained_on.vocab()
     tokenizer = load_tokenizer(cfg.encoder)
     encoder = build_encoder(cfg.encoder, vocab_size=len(tokenizer))
     datamodule = SLUDataModule(trained_on, tokenizer, vocab, seed=cfg.seed, groups=groups, **cfg.data)
     module = SLUModule.from_config(cfg, vocab, trained_on.intents(), encoder)
-    prepare_adaptation(module, tokenizer, efficiency, cfg.optimizer, cfg.seed, cfg.data.max_length)
-    return RunParts(corpus, drift_split, datamodule, module, augmentation, efficiency)
+    callbacks = protocol.attach(module, tokenizer, cfg) if protocol else []
+    return RunParts(corpus, drift_split, datamodule, module, augmentation, protocol, callbacks)
 
 
 def log_summary(trainer: pl.Trainer, results: dict[str, Any]) -> None:
@@ -214,15 +215,12 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
                      resume: ResumePoint = ResumePoint()) -> dict[str, Any]:
     """Fit (from ``resume.checkpoint`` if there is one), validate and test the best
     checkpoint, score the suites, write the run record."""
-    corpus, drift_split, datamodule, module, augmentation, efficiency = parts
+    corpus, drift_split, datamodule, module, augmentation, protocol, callbacks = parts
     config = OmegaConf.to_container(cfg, resolve=True)
     if rank_zero_only.rank == 0:
         atomic_write_text(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
 
-    adapting = efficiency is not None and efficiency.info["mode"] == "adapt"
-    if adapting:  # the source model's scores, for the forgetting
-        before = score_sources(module, datamodule.tokenizer, efficiency.source_test, cfg.data.eval_batch_size)
-    trainer = build_trainer(cfg, wandb_run_id(out_dir) if resume.checkpoint else None)
+    trainer = build_trainer(cfg, wandb_run_id(out_dir) if resume.checkpoint else None, callbacks)
     record_wandb_run(out_dir, trainer)
     fit_started = time.time()
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume.checkpoint)
@@ -244,7 +242,7 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         "metrics": {split: module.evaluations[split]["metrics"] for split in ("valid", "test")},
         "sizes": {split: len(datamodule.corpus.split(split)) for split in ("train", "valid", "test")},
         "augment": augmentation,
-        "efficiency": efficiency.info if efficiency else None,
+        "efficiency": protocol.record() if protocol else None,
         "best_checkpoint": str(Path(best).relative_to(out_dir)) if best else None,
         "epochs_trained": trainer.current_epoch,
         "nonfinite_skips": module.nonfinite_skips,  # training batches dropped (trainer.on_nonfinite=skip)
@@ -255,9 +253,6 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         "versions": versions(),
         "config": config,
     }
-    if adapting and trainer.is_global_zero:  # the module holds the best checkpoint's weights since trainer.test
-        after = score_sources(module, datamodule.tokenizer, efficiency.source_test, cfg.data.eval_batch_size)
-        results["efficiency"] = {**efficiency.info, "forgetting": source_forgetting(before, after)}
     log_summary(trainer, results)
     suites = cfg.get("suite")
     if suites and trainer.is_global_zero:  # the module holds the best checkpoint's weights since trainer.test

@@ -12,7 +12,8 @@ import pytest
 
 from integration_helpers import CONF, FAST, SMALL_DRIFT, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu.cli import compose_run_config
-from robustnlu.config_schema import MISSING, Interval, Node, Rule, Seq, check_config, choice, integer, number, schema, text
+from robustnlu.config_schema import check_config, schema
+from robustnlu.config_schema.spec import MISSING, Interval, Node, Rule, Seq, choice, integer, number, text
 from robustnlu.errors import ConfigError
 
 
@@ -32,8 +33,8 @@ BAD_VALUES = {
     "seed not int": (["seed=abc"], "error: seed: must be an integer (got abc)"),
     "negative epochs": (["trainer.max_epochs=-3"], "error: trainer.max_epochs: must be >= 1 (got -3)"),
     "unknown key": (["+optimizer.momentum=0.9"],
-                    "error: optimizer.momentum: unknown key (optimizer has betas, eps, lr, name, warmup_steps, "
-                    "weight_decay) (got 0.9)"),
+                    "error: optimizer.momentum: unknown key (optimizer has _partial_, _target_, betas, eps, lr, name, "
+                    "warmup_steps, weight_decay) (got 0.9)"),
     # Hydra's own errors (the config cannot be composed) end the same way, on one line
     "key without +": (["trainer.foo=1"],
                       "error: Could not override 'trainer.foo'; To append to your config use +trainer.foo=1; "
@@ -41,6 +42,13 @@ BAD_VALUES = {
     "no such option": (["optimizer=sgd"],
                        "error: In 'config': Could not find 'optimizer/sgd'; Available options in 'optimizer': "
                        "adamw, conatural"),
+    # the group source before it moved into the method's node (issue 18): the line names the new spelling
+    "old group source spelling": (["method=topk_group", "adversary=lda_topics"],
+                                  "error: Could not override 'adversary'; No match in the defaults list; To append "
+                                  "to your default list use +adversary=lda_topics; a method's group source is chosen "
+                                  "with groups@method.groups=<name> (conf/groups/: seqdrift_clusters, lda_topics, "
+                                  "autoencoder), its learned adversary with adversary@method.adversary=<name> "
+                                  "(conf/adversary/: ratio_net, generative_lm)"),
 }
 
 
@@ -59,6 +67,8 @@ MORE_BAD_VALUES = {
     "bad choice": (["method=group_dro", "method.sampling=balanced"],
                    "method.sampling: must be one of shuffle, group_balanced (got balanced)"),
     "not a flag": (["model.crf=yes"], "model.crf: must be true or false (got yes)"),
+    "not a split's metric": (["optimized_metric=combined"], "optimized_metric: must match (valid|test)/\\w+ (got combined)"),
+    "bad group source key": (["method=topic_cvar", "method.groups.n_topics=0"], "method.groups.n_topics: must be >= 1 (got 0)"),
     "across groups": ([*SMALL_DRIFT, "drift.test_fraction=0.5", "validation.hold_out_both=true", "drift.valid_fraction=0.25"],
                       "drift.test_fraction: test + validation fractions (validation twice with "
                       "validation.hold_out_both) must be < 1 (got 0.5)"),
@@ -145,7 +155,12 @@ SHIPPED = [
     *([f"+experiment={e}"] for e in _options("experiment")),
     *([f"method={m}", "drift=slot_value", "selection=greedy_minmax"] for m in _options("method")),
     *([f"hparams_search={m}", "drift=slot_context"] for m in _options("hparams_search") if m != "base"),
-    *([f"{group}={o}"] for group in ("optimizer", "encoder", "augment", "selection", "adversary") for o in _options(group)),
+    *([f"{group}={o}"] for group in ("optimizer", "encoder", "augment", "selection") for o in _options(group)
+      if o != "conatural"),
+    ["optimizer=conatural", "dataset=topv2_alarm", "efficiency=topv2", "efficiency.mode=adapt",
+     "efficiency.init_from=source.ckpt"],
+    *(["method=topk_group", "drift=slot_value", f"groups@method.groups={o}"] for o in ("seqdrift_clusters", "lda_topics")),
+    *(["method=topic_cvar", f"groups@method.groups={o}"] for o in ("seqdrift_clusters", "lda_topics")),
     ["dataset=jsonl", "dataset.train=a.jsonl", "dataset.test=b.jsonl"],
     ["dataset=topv2_alarm", "efficiency=topv2", "suite=[noisy_nlu,synthetic]", "logger=wandb", "trainer=ddp",
      "validation=ood", "data.pad_to=128"],

@@ -65,11 +65,22 @@ def test_method_specific_search_spaces_are_table_9():
         s = space(m)
         assert s["method.k"] == IntDistribution(2, 16, log=True)
         assert s["method.ae_lr"] == FloatDistribution(1e-4, 1e-3, log=True)
-        assert s["adversary.beta"] == FloatDistribution(0.1, 1.0, log=True)
-        assert s["adversary.latent_groups"] == CategoricalDistribution((128, 256, 512))
+        assert s["method.groups.beta"] == FloatDistribution(0.1, 1.0, log=True)
+        assert s["method.groups.latent_groups"] == CategoricalDistribution((128, 256, 512))
     assert space("group_dro")["method.step_size"] == FloatDistribution(1e-4, 1.0, log=True)
     assert space("topic_cvar")["method.alpha"] == FloatDistribution(1e-4, 0.5)
     assert space("topic_cvar")["method.ema_step"] == FloatDistribution(1e-4, 0.5, log=True)
+
+
+def test_the_value_a_run_returns_is_its_optimized_metric():
+    from robustnlu.__main__ import optimized_value
+
+    results = {"metrics": {"valid": {"combined": 0.5, "semer": 0.25, "group/3/combined": 0.1}, "test": {"combined": 0.4}}}
+    assert optimized_value(results, "valid/combined") == 0.5
+    assert optimized_value(results, "valid/semer") == 0.25
+    assert optimized_value(results, "test/combined") == 0.4
+    with pytest.raises(ConfigError, match=r"^optimized_metric=valid/f1: the run has no valid metric 'f1' \(combined, semer\)$"):
+        optimized_value(results, "valid/f1")
 
 
 def test_search_space_syntax_of_the_sweeper():
@@ -165,9 +176,10 @@ def test_optuna_sweep_of_3_trials_runs_through_hydra_and_writes_the_best_paramet
     assert all(set(t.params) == {"optimizer.lr", "model.intent_loss_scale", "method.k"} for t in study.trials)
     results = OmegaConf.load(sweep / "optimization_results.yaml")
     assert set(results.best_params) == {"optimizer.lr", "model.intent_loss_scale", "method.k"}
-    assert results.best_value == pytest.approx(study.best_value)
-    for trial in range(3):
-        assert (sweep / str(trial) / "results.json").exists()
+    assert results.best_value == pytest.approx(study.best_value) and results.optimized_metric == "valid/combined"
+    for trial in study.trials:  # the value told is the run's optimized_metric (conf/config.yaml)
+        run = json.loads((sweep / str(trial.number) / "results.json").read_text())
+        assert run["metrics"]["valid"]["combined"] == pytest.approx(trial.value)
 
     out = tmp_path / "driver"
     proc = run_cli(["--no-search", "--no-retrain", "method=topk", *scenario, f"hydra.sweep.dir={out}"],
@@ -175,6 +187,7 @@ def test_optuna_sweep_of_3_trials_runs_through_hydra_and_writes_the_best_paramet
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "best_params.json").read_text())
     assert report["best_params"] == study.best_params and report["n_complete"] == 3
+    assert report["optimized_metric"] == "valid/combined"
     assert [c["trial"] for c in report["chosen"]] == [t["trial"] for t in hpo.top_settings(study)]
     assert report["retrain_seed"] == 1 and "method=topk" in report["overrides"]
 

@@ -15,7 +15,8 @@ sampler proposes, Hydra's launcher (basic, or submitit: Slurm / local processes)
 - A trial whose job fails is told as FAIL (``Failed experiment: <error>`` is logged, with the
   traceback unless it is a user error's one line) and the study goes on; ``<sweep dir>/optimization_results.yaml`` holds the best trial of the study at the end.
 
-Single objective only (the project's objective is valid COMBINED); no ``search_space`` (deprecated
+Single objective only: the value each job returns, the run's ``optimized_metric`` (conf/config.yaml;
+logged and written with the best trial); no ``search_space`` (deprecated
 in 1.3.0), ``custom_search_space`` or GridSampler. Optuna is imported when the sweeper runs, not
 when Hydra scans its plugins, so a core install without the ``hpo`` extra still starts."""
 
@@ -130,6 +131,7 @@ class OptunaSweeper(Sweeper):
         log.info(f"Storage: {self.storage}")
         log.info(f"Sampler: {type(self.sampler).__name__}")
         log.info(f"Direction: {self.direction}")
+        log.info(f"Optimized metric: {self.config.get('optimized_metric')}")
 
         left = self.n_trials
         while left > 0:
@@ -150,7 +152,8 @@ class OptunaSweeper(Sweeper):
         best = study.best_trial
         log.info(f"Best parameters: {best.params}")
         log.info(f"Best value: {best.value}")
-        results = {"name": "optuna", "best_params": best.params, "best_value": best.value}
+        results = {"name": "optuna", "optimized_metric": self.config.get("optimized_metric"),
+                   "best_params": best.params, "best_value": best.value}
         OmegaConf.save(OmegaConf.create(results), f"{self.config.hydra.sweep.dir}/optimization_results.yaml")
 
     @staticmethod

@@ -1,3 +1,4 @@
-"""What models the uncertainty set of a robust objective (``adversary=``, conf/adversary/):
-group sources (SeqDrift clusters, LDA topics) for the group methods, the online autoencoder of
-TopK-AE, and the parametric adversaries of R-PDRO and P-DRO."""
+"""Learned adversaries (``adversary@method.adversary=<name>``, conf/adversary/): the networks
+that model the uncertainty set of a parametric DRO method and are trained against the model:
+R-PDRO's ratio network (`robustnlu.adversary.ratio`) and P-DRO's generative language model
+(`robustnlu.adversary.generative_lm`). Where a group method's groups come from: robustnlu/groups/."""

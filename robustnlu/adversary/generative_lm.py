@@ -39,7 +39,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from robustnlu.robust.base import ModelSpec, StateBuffers
+from robustnlu.model.spec import ModelSpec, StateBuffers
 
 OUTPUT_VOCABS = ("train", "full")
 

@@ -1,41 +1,50 @@
 """``efficiency.mode=adapt``: fine-tune a source model on the target subset and measure what the
 source domains lose (thesis chapter 7: forgetting = source metric before − after adapting).
 With ``optimizer=conatural`` the update is preconditioned by the source task's Fisher
-(`robustnlu.efficiency.conatural`), which slows that forgetting."""
+(`robustnlu.optim.conatural`), which slows that forgetting. `Adaptation` is the callback the
+protocol (`robustnlu.efficiency.protocol`) adds to such a run."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
+import pytorch_lightning as pl
 import torch
 
 from robustnlu.checkpoint import read_checkpoint
 from robustnlu.data.datamodule import Collator, encode_utterances
 from robustnlu.data.utterance import Utterance
-from robustnlu.efficiency.conatural import RollingFisher, empirical_fisher
-from robustnlu.efficiency.subsets import EfficiencySplit, seeded_sample
+from robustnlu.efficiency.subsets import seeded_sample
 from robustnlu.errors import ConfigError
 from robustnlu.evaluate import score
 from robustnlu.module import SLUModule
+from robustnlu.optim.conatural import RollingFisher, empirical_fisher, set_encoder_fisher
 from robustnlu.predict import Predictor
 
 
-def prepare_adaptation(module: SLUModule, tokenizer, efficiency: EfficiencySplit | None, optimizer: Mapping[str, Any],
-                       seed: int, max_length: int) -> None:
-    """Under ``efficiency.mode=adapt``: the source model's weights into ``module`` and, with
-    ``optimizer=conatural``, the source task's Fisher (`source_fisher`) for its optimiser."""
-    adapting = efficiency is not None and efficiency.info["mode"] == "adapt"
-    conatural = optimizer.get("name") == "conatural"
-    if conatural and not adapting:
-        raise ConfigError("optimizer=conatural preconditions with the source task's Fisher: use it with "
-                          "efficiency=topv2 efficiency.mode=adapt")
-    if adapting:
-        load_source_model(module, Path(efficiency.info["init_from"]))
-        if conatural:
-            module.source_fisher = source_fisher(module, tokenizer, efficiency.source_train, optimizer["fisher_samples"],
-                                                 seed, max_length, optimizer["damping"], optimizer["gamma"])
+class Adaptation(pl.Callback):
+    """The source model's Fisher into the co-natural optimiser when fitting starts (a resumed run
+    restores the same Fisher with the optimiser state), and the source domains' scores after
+    testing (the module then holds the best checkpoint's weights), for `forgetting`."""
+
+    def __init__(self, tokenizer, source_test: Sequence[Utterance], batch_size: int, before: Mapping[str, float],
+                 fisher: list[torch.Tensor] | None):
+        self.tokenizer, self.source_test, self.batch_size = tokenizer, source_test, batch_size
+        self.before, self.fisher = dict(before), fisher
+        self.after: dict[str, float] | None = None
+
+    def on_fit_start(self, trainer: pl.Trainer, module: SLUModule) -> None:
+        if self.fisher is not None:
+            set_encoder_fisher(trainer.optimizers[0], module.model.encoder, self.fisher)
+
+    def on_test_end(self, trainer: pl.Trainer, module: SLUModule) -> None:
+        if trainer.is_global_zero:
+            self.after = score_sources(module, self.tokenizer, self.source_test, self.batch_size)
+
+    def forgetting(self) -> dict[str, dict[str, float]] | None:
+        """`source_forgetting` once the test has run (on the rank-0 process), else None."""
+        return source_forgetting(self.before, self.after) if self.after is not None else None
 
 
 def load_source_model(module: SLUModule, checkpoint: Path) -> None:

@@ -20,6 +20,7 @@ import zipfile
 from pathlib import Path
 
 from robustnlu.errors import DataError
+from robustnlu.paths import REPO_ROOT
 
 ZIP_NAME = Path("corpora") / "wordnet.zip"
 
@@ -29,8 +30,6 @@ _LOCK = threading.Lock()
 
 def default_data_dir() -> Path:
     """The repository's ``data/nltk_data``."""
-    from robustnlu.cli import REPO_ROOT
-
     return REPO_ROOT / "data" / "nltk_data"
 
 

@@ -19,38 +19,12 @@ initialises is overwritten when resuming); `forward` at every training step;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from robustnlu.model.jointbert import TaskLosses
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """What an objective may need to size its own networks: the SLU model's encoder hidden
-    size, label counts, the tokenizer's vocabulary size and the encoder's HF config."""
-
-    hidden_size: int
-    n_intents: int
-    n_tags: int
-    vocab_size: int
-    encoder_config: dict[str, Any]
-
-
-class StateBuffers(nn.Module):
-    """A module whose buffers are running state: loading a state dict whose buffer has another
-    shape (state sized by the data, e.g. one weight per group) replaces the buffer instead of
-    failing, so a checkpoint loads without the data (``robustnlu.predict``)."""
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        for name, buf in self._buffers.items():
-            key = prefix + name
-            if buf is not None and key in state_dict and state_dict[key].shape != buf.shape:
-                self._buffers[name] = torch.empty_like(state_dict[key], device=buf.device)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+from robustnlu.model.spec import ModelSpec, StateBuffers
 
 
 class RobustObjective(StateBuffers):

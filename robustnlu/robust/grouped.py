@@ -1,5 +1,5 @@
 """`GroupedObjective`: the base of the methods that reduce losses per group (TopK-Group,
-Group-DRO, Topic-CVaR): the group source (``adversary=``) gives each training example its
+Group-DRO, Topic-CVaR): the group source (``method.groups``, conf/groups/) gives each training example its
 membership over G groups; a batch's memberships are looked up by the examples' dataset index."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from robustnlu.adversary.groups import GroupSource
+from robustnlu.groups.base import GroupSource
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.base import RobustObjective
 

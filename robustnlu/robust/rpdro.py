@@ -16,7 +16,7 @@ steps: they hurt robustness (section 6.3.2).
 Choices (exposed in conf/method/rpdro.yaml):
 - ℓ_i = l_slot,i + γ·l_intent,i: one weight per utterance for both tasks (the adversary reweights
   examples, digest 9.2), so the method overrides `forward`, not `reduce`;
-- the adversary f_ψ: `robustnlu.adversary.ratio.RatioAdversary` (adversary=ratio_net);
+- the adversary f_ψ: `robustnlu.adversary.ratio.RatioAdversary` (``method.adversary``, conf/adversary/ratio_net.yaml);
 - its optimiser is the model's (section 6.2.2: "the same learning rate and optimizer for both
   model and adversary"): AdamW with the model's lr, betas, eps and weight decay (not on biases
   and LayerNorm), gradient clipping as the model's. The thesis also decays both learning rates
@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from robustnlu.model.jointbert import TaskLosses
-from robustnlu.module import weight_decay_groups
+from robustnlu.optim import weight_decay_groups
 from robustnlu.robust.base import RobustObjective
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from robustnlu.adversary.groups import GroupSource
+from robustnlu.groups.base import GroupSource
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.grouped import GroupedObjective, group_mean_losses
 

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from robustnlu.adversary.autoencoder import OnlineAutoencoder
+from robustnlu.groups.autoencoder import OnlineAutoencoder
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.base import RobustObjective
 from robustnlu.robust.grouped import group_topk_losses
@@ -36,9 +36,9 @@ ASSIGNMENTS = ("prob", "bin")
 
 
 class TopKAE(RobustObjective):
-    def __init__(self, adversary: Callable[..., OnlineAutoencoder], k: int = 4, assignment: str = "prob",
+    def __init__(self, groups: Callable[..., OnlineAutoencoder], k: int = 4, assignment: str = "prob",
                  ae_lr: float = 3e-4, ae_weight_decay: float = 0.01, **kwargs):
-        """``adversary``: the autoencoder's factory (conf/adversary/autoencoder.yaml), called with
+        """``groups``: the autoencoder's factory (``method.groups``, conf/groups/autoencoder.yaml), called with
         the encoder's hidden size d; ``k``: top-k per group; ``assignment``: "prob" | "bin";
         ``ae_lr`` λ_AE and ``ae_weight_decay`` α_AE: the autoencoder's AdamW."""
         super().__init__(**kwargs)
@@ -46,7 +46,7 @@ class TopKAE(RobustObjective):
             raise ValueError(f"assignment={assignment!r}: expected one of {ASSIGNMENTS}")
         self.k = int(k)
         self.assignment = assignment
-        self.autoencoder = adversary(hidden_size=self.spec.hidden_size)
+        self.autoencoder = groups(hidden_size=self.spec.hidden_size)
         self.add_optimizer(
             "autoencoder", torch.optim.AdamW(self.autoencoder.parameters(), lr=ae_lr, weight_decay=ae_weight_decay)
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from robustnlu.adversary.groups import GroupSource
+from robustnlu.groups.base import GroupSource
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.grouped import GroupedObjective, group_topk_losses
 

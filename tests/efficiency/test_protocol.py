@@ -1,4 +1,4 @@
-"""Stages 1-2 (robustnlu/efficiency/subsets.py, adapt.py) and the whole protocol through
+"""Stages 1-2 (robustnlu/efficiency/subsets.py, protocol.py, adapt.py) and the whole protocol through
 ``python -m robustnlu.efficiency`` on a small real TOPv2 cut (tiny encoder)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from integration_helpers import FAST, REPO, compose_config, jsonl_overrides, write_snips_sample_jsonl
+from robustnlu.config_schema import check_config
 from robustnlu.data.readers import load_corpus
 from robustnlu.efficiency.subsets import efficiency_split, nested_subset
 from robustnlu.errors import ConfigError
@@ -138,7 +139,13 @@ def test_adapting_a_source_model_records_the_source_forgetting(topv2_cut, tmp_pa
 
 
 def test_conatural_without_a_source_model_is_a_config_error(tmp_path):
-    sample = write_snips_sample_jsonl(tmp_path / "data", n_train=40, n_eval=10)
-    cfg = compose_config([*FAST, *jsonl_overrides(sample), "optimizer=conatural"], tmp_path / "run")
-    with pytest.raises(ConfigError, match="efficiency.mode=adapt"):
+    """Checked with the config without the protocol, by the protocol before it reads any data
+    under mode=joint (the co-natural optimiser has a Fisher only under mode=adapt)."""
+    cfg = compose_config([*FAST, "optimizer=conatural"], tmp_path / "run")
+    with pytest.raises(ConfigError, match=r"^optimizer\.name: .*efficiency\.mode=adapt .*\(got conatural\)$"):
+        check_config(cfg, "config")
+    cfg = compose_config([*FAST, "dataset=topv2_weather", "dataset.path=/nonexistent", "efficiency=topv2",
+                          "optimizer=conatural"], tmp_path / "run")
+    check_config(cfg, "config")
+    with pytest.raises(ConfigError, match=r"^optimizer=conatural .* efficiency\.mode=adapt$"):
         prepare(cfg)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from robustnlu.adversary.groups import SeqDriftClusters
+from robustnlu.groups.seqdrift_clusters import SeqDriftClusters
 from robustnlu.robust.group_dro import GroupDRO
 from tests.robust.helpers import synthetic_datamodule, task_losses
 from tests.robust.test_topk import FixedGroups

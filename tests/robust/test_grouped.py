@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from robustnlu.adversary.groups import SeqDriftClusters
+from robustnlu.groups.seqdrift_clusters import SeqDriftClusters
 from robustnlu.errors import ConfigError
 from robustnlu.robust.grouped import group_topk_losses
 from tests.robust.helpers import synthetic_datamodule

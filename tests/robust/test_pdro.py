@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from robustnlu.adversary.generative_lm import GenerativeLM
-from robustnlu.robust.base import ModelSpec
+from robustnlu.model.spec import ModelSpec
 from robustnlu.robust.erm import ERM
 from robustnlu.robust.pdro import PDRO
 from tests.robust.helpers import synthetic_datamodule, task_losses

@@ -20,12 +20,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from robustnlu.adversary.groups import SeqDriftClusters
+from robustnlu.groups.seqdrift_clusters import SeqDriftClusters
 from robustnlu.data.datamodule import SLUDataModule
 from robustnlu.data.utterance import Corpus, Utterance
 from robustnlu.model.encoders import build_encoder
 from robustnlu.model.jointbert import TaskLosses
-from robustnlu.robust.base import ModelSpec
+from robustnlu.model.spec import ModelSpec
 from robustnlu.robust.erm import ERM
 from robustnlu.adversary.ratio import RatioAdversary
 from robustnlu.robust.group_dro import GroupDRO

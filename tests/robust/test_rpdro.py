@@ -14,7 +14,7 @@ from transformers import AutoModel, BertConfig
 
 from robustnlu.adversary.ratio import RatioAdversary, gold_logit_score
 from robustnlu.model.jointbert import JointBERT
-from robustnlu.robust.base import ModelSpec
+from robustnlu.model.spec import ModelSpec
 from robustnlu.robust.rpdro import RPDRO, batch_ratio_weights, rpdro_losses
 from tests.robust.helpers import task_losses
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from scipy.optimize import linprog
 
-from robustnlu.adversary.groups import GroupSource
+from robustnlu.groups.base import GroupSource
 from robustnlu.robust.topic_cvar import TopicCVaR, cvar_weights
 from tests.robust.helpers import task_losses
 
@@ -183,9 +183,9 @@ def test_config_gives_lda_topics_seeded_with_the_run_seed(tmp_path):
     from omegaconf import OmegaConf
 
     from integration_helpers import compose_config
-    from robustnlu.adversary.lda_topics import LDATopics
+    from robustnlu.groups.lda_topics import LDATopics
 
-    cfg = compose_config(["method=topic_cvar", "seed=3", "adversary.assignment=soft"], tmp_path)
+    cfg = compose_config(["method=topic_cvar", "seed=3", "method.groups.assignment=soft"], tmp_path)
     objective = instantiate(OmegaConf.to_container(cfg.method, resolve=True), intent_loss_scale=2.0)
     assert isinstance(objective, TopicCVaR) and isinstance(objective.group_source, LDATopics)
     assert objective.group_source.lda.random_state == 3 and objective.group_source.assignment == "soft"

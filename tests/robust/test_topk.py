@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from robustnlu.adversary.groups import GroupSource
+from robustnlu.groups.base import GroupSource
 from robustnlu.robust.topk import TopK
 from robustnlu.robust.topk_group import TopKGroup
 from tests.robust.helpers import task_losses

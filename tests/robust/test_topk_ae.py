@@ -14,8 +14,8 @@ from hydra.utils import instantiate
 from sklearn.metrics import normalized_mutual_info_score
 
 from integration_helpers import compose_config
-from robustnlu.adversary.autoencoder import OnlineAutoencoder
-from robustnlu.robust.base import ModelSpec
+from robustnlu.groups.autoencoder import OnlineAutoencoder
+from robustnlu.model.spec import ModelSpec
 from robustnlu.robust.topk_ae import TopKAE
 from tests.robust.helpers import task_losses
 
@@ -256,7 +256,7 @@ def test_state_round_trip_continues_identically():
     (["method=topk_ae", "method.assignment=prob"], "topk_ae_prob"),
 ])
 def test_configs_build_the_objective(overrides, name, tmp_path):
-    cfg = compose_config([*overrides, "adversary.latent_groups=128"], tmp_path)
+    cfg = compose_config([*overrides, "method.groups.latent_groups=128"], tmp_path)
     objective = instantiate(cfg.method, intent_loss_scale=2.0, spec=spec(24))
     assert isinstance(objective, TopKAE) and objective.name == name and objective.assignment == name.rsplit("_", 1)[1]
     assert objective.autoencoder.encoder.shape == (24, 128) and objective.intent_loss_scale == 2.0

@@ -7,7 +7,7 @@ X_enc ∈ R^{b×d}, and a training step updates it on every batch (Algorithm 1, 
     L_Recon  = −1/b Σ_i log softmax_j(X_enc,j · R_i)|_{j=i}   (eq. 2, dropout on R)
     L_Divers = Σ_{i≠j} KL(H_i ‖ H_j) / (b(b−1))               (eq. 3)
 
-Readings of App. B where the paper is ambiguous (exposed in conf/adversary/autoencoder.yaml):
+Readings of App. B where the paper is ambiguous (exposed in conf/groups/autoencoder.yaml):
 
 - Orientation of eq. 2: the text asks that "each reconstruction R_i should be closer to its
   original input X_enc,i than to other batch items in X_enc", so the softmax runs over the

@@ -8,7 +8,7 @@ import pytest
 import torch
 from sklearn.metrics import normalized_mutual_info_score
 
-from robustnlu.adversary.lda_topics import LDATopics
+from robustnlu.groups.lda_topics import LDATopics
 from tests.robust.helpers import synthetic_datamodule
 
 WEATHER = "rain sunny forecast cloudy snow wind storm humid temperature degrees".split()

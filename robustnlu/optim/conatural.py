@@ -21,6 +21,10 @@ Practical details of the thesis (section 7.3), all implemented here:
 - task-specific heads are **not** preconditioned (the thesis applies the co-natural gradient to
   the shared feature extractor only): put them in a parameter group with ``precondition=False``.
 
+``optimizer=conatural`` (conf/optimizer/conatural.yaml) builds it with `conatural_sgd`: the
+encoder preconditioned, the heads plain SGD; the efficiency protocol (``efficiency.mode=adapt``,
+`robustnlu.efficiency.adapt`) computes the source Fisher and hands it over (`set_encoder_fisher`).
+
 Per-example gradients are taken with a loop over examples (a batch of one each, so no padding
 and no attention mask are needed): ``torch.func.vmap(grad(...))`` over a Hugging Face BERT fails
 when an attention mask is passed.
@@ -33,9 +37,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-__all__ = ["CoNaturalSGD", "RollingFisher", "empirical_fisher"]
+from robustnlu.optim import weight_decay_groups
+
+__all__ = ["CoNaturalSGD", "RollingFisher", "conatural_sgd", "empirical_fisher", "set_encoder_fisher"]
 
 TINY_DAMPING = 1e-12
 
@@ -281,3 +287,19 @@ class CoNaturalSGD(torch.optim.Optimizer):
             for p, lr, d in pending:
                 p.add_(d * scale.to(device=p.device, dtype=d.dtype), alpha=-lr)
         return loss
+
+
+def conatural_sgd(model: nn.Module, lr: float, damping: float, weight_decay: float) -> CoNaturalSGD:
+    """``optimizer=conatural``: `CoNaturalSGD` over the SLU ``model`` (a JointBERT), its
+    ``encoder`` preconditioned (weight decay on the weights only), every other parameter (the
+    task heads) plain SGD without weight decay. No Fisher yet: `set_encoder_fisher` gives it."""
+    heads = [p for n, p in model.named_parameters() if not n.startswith("encoder.")]
+    return CoNaturalSGD([*weight_decay_groups(model.encoder, weight_decay),
+                         {"params": heads, "precondition": False, "weight_decay": 0.0}], lr=lr, damping=damping)
+
+
+def set_encoder_fisher(optimizer: CoNaturalSGD, encoder: nn.Module, fisher: Sequence[Tensor]) -> None:
+    """Give ``optimizer`` (from `conatural_sgd`) the Fisher ``fisher``, one tensor per parameter
+    of ``encoder`` in ``encoder.parameters()`` order."""
+    by_param = dict(zip(map(id, encoder.parameters()), fisher, strict=True))
+    optimizer.set_fisher([by_param[id(p)] for p in optimizer.preconditioned_params()])

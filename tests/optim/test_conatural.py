@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from robustnlu.efficiency.conatural import CoNaturalSGD, RollingFisher, empirical_fisher
+from robustnlu.optim.conatural import CoNaturalSGD, RollingFisher, empirical_fisher
 
 
 def _softmax_regression(seed: int = 0, n: int = 6, d: int = 3, k: int = 4):

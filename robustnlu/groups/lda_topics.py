@@ -8,7 +8,7 @@ from sklearn.decomposition import LatentDirichletAllocation
 from sklearn.feature_extraction.text import CountVectorizer
 from torch import Tensor
 
-from robustnlu.adversary.groups import GroupSource, one_hot_memberships
+from robustnlu.groups.base import GroupSource, one_hot_memberships
 
 
 class LDATopics(GroupSource):

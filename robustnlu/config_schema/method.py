@@ -1,0 +1,108 @@
+"""The training objective's side of a run's config: ``method=`` with its group source
+(``method.groups``, conf/groups/) or learned adversary (``method.adversary``, conf/adversary/),
+``selection=`` and ``optimizer=`` (with the rule that ties the co-natural optimiser to the
+efficiency protocol)."""
+
+from __future__ import annotations
+
+from robustnlu.config_schema.spec import (
+    AT_LEAST_1, DROPOUT, NON_NEGATIVE, POSITIVE, PROBABILITY, SAMPLING, SEED, Importable, Node, Rule, Seq, Spec, Variants,
+    by_target, choice, flag, instance, integer, number, text)
+
+
+def group_sources() -> Variants:
+    """conf/groups/seqdrift_clusters.yaml, lda_topics.yaml: ``method.groups`` of the group methods."""
+    return by_target((
+        instance("robustnlu.groups.seqdrift_clusters.SeqDriftClusters", checked_only=True),
+        instance("robustnlu.groups.lda_topics.LDATopics", {
+            "n_topics": integer(AT_LEAST_1), "doc_topic_prior": number(POSITIVE), "topic_word_prior": number(POSITIVE),
+            "max_vocabulary": integer(AT_LEAST_1), "stop_words": choice("english", null=True),
+            "assignment": choice("hard", "soft"), "passes": integer(AT_LEAST_1), "doc_iterations": integer(AT_LEAST_1),
+            "chunk_size": integer(AT_LEAST_1), "learning_offset": number("[1, inf)"), "learning_decay": number(PROBABILITY),
+            "seed": integer(SEED)}, checked_only=True),
+    ))
+
+
+def autoencoder() -> Variants:
+    """conf/groups/autoencoder.yaml: ``method.groups`` of TopK-AE."""
+    from robustnlu.groups.autoencoder import BETA_WEIGHTS
+
+    return by_target((instance("robustnlu.groups.autoencoder.OnlineAutoencoder", {
+        "latent_groups": integer(AT_LEAST_1), "dropout": number(DROPOUT), "beta": number(NON_NEGATIVE),
+        "beta_weights": choice(*BETA_WEIGHTS)}, checked_only=True),))
+
+
+def generative_lm() -> Variants:
+    """conf/adversary/generative_lm.yaml: ``method.adversary`` of P-DRO."""
+    from robustnlu.adversary.generative_lm import OUTPUT_VOCABS
+
+    return by_target((instance("robustnlu.adversary.generative_lm.GenerativeLM", {
+        "hidden_size": integer(AT_LEAST_1), "num_layers": integer(AT_LEAST_1), "dropout": number(DROPOUT),
+        "output_vocab": choice(*OUTPUT_VOCABS)}, checked_only=True),))
+
+
+def ratio_net() -> Variants:
+    """conf/adversary/ratio_net.yaml: ``method.adversary`` of R-PDRO."""
+    return by_target((instance("robustnlu.adversary.ratio.RatioAdversary", {"n_layers": integer(AT_LEAST_1)},
+                               checked_only=True),))
+
+
+def method() -> Variants:
+    """conf/method/ (core paper section 4, Table 9; Michel's thesis chapters 5-6)."""
+    from robustnlu.robust.topk_ae import ASSIGNMENTS
+
+    def node(**keys: Spec) -> Node:
+        return Node({"_target_": Importable(), "name": text(), **keys})
+
+    k = integer(AT_LEAST_1)
+    topk_ae = node(groups=autoencoder(), k=k, assignment=choice(*ASSIGNMENTS), ae_lr=number(POSITIVE),
+                   ae_weight_decay=number(NON_NEGATIVE))
+    return Variants("name", {
+        "erm": node(),
+        "topk": node(k=k),
+        "topk_group": node(groups=group_sources(), k=k, sampling=SAMPLING),
+        "topk_ae_prob": topk_ae,
+        "topk_ae_bin": topk_ae,
+        "group_dro": node(groups=group_sources(), step_size=number(POSITIVE), decay=number("(0, 1]"),
+                          shared_weights=flag(), sampling=SAMPLING),
+        "topic_cvar": node(groups=group_sources(), alpha=number("(0, 1]"), ema_step=number("(0, 1]"),
+                           renormalize=flag(), sampling=SAMPLING),
+        "nonparam_kl": node(kappa=number(POSITIVE), detach_weights=flag()),
+        "rpdro": node(adversary=ratio_net(), tau=number(POSITIVE), lr=number(POSITIVE),
+                      weight_decay=number(NON_NEGATIVE), betas=Seq(number("[0, 1)"), length=2), eps=number(POSITIVE),
+                      max_grad_norm=number(POSITIVE, null=True), min_batch_size=integer(AT_LEAST_1)),
+        "pdro": node(adversary=generative_lm(), temperature=number(POSITIVE), window=integer(AT_LEAST_1),
+                     adversary_lr=number(POSITIVE), max_grad_norm=number(POSITIVE, null=True),
+                     pretrain_epochs=integer(NON_NEGATIVE), pretrain_lr=number(POSITIVE),
+                     pretrain_batch_size=integer(AT_LEAST_1), seed=integer(SEED)),
+    })
+
+
+def selection() -> Variants:
+    """conf/selection/ (core paper 5.1; thesis 5.3.3)."""
+    from robustnlu.selection.greedy_minmax import SCORES
+
+    def node(criterion: Spec) -> Node:
+        return Node({"name": text(), "monitor": text(), "mode": choice("min", "max"), "criterion": criterion})
+
+    plain = node(choice(None, null=True))
+    minmax = node(instance("robustnlu.selection.greedy_minmax.GreedyMinmax",
+                           {"kl_threshold": number(POSITIVE), "score": choice(*SCORES)}, checked_only=True))
+    return Variants("name", {"valid_combined": plain, "worst_group": plain, "greedy_minmax": minmax})
+
+
+def optimizer() -> Variants:
+    """conf/optimizer/ (core paper Table 9; thesis ch. 7 for conatural)."""
+    shared = {"_target_": Importable(), "_partial_": flag(), "name": text(), "lr": number(POSITIVE),
+              "weight_decay": number(NON_NEGATIVE), "warmup_steps": integer(NON_NEGATIVE)}
+    return Variants("name", {
+        "adamw": Node({**shared, "betas": Seq(number("[0, 1)"), length=2), "eps": number(POSITIVE)}),
+        "conatural": Node({**shared, "damping": number(POSITIVE), "fisher_samples": integer(AT_LEAST_1),
+                           "gamma": number("(0, 1]"), "linear_decay": flag()}),
+    })
+
+
+CONATURAL_RULE = Rule(
+    "optimizer.name", lambda c, _: c["optimizer"]["name"] != "conatural" or c.get("efficiency") is not None,
+    "conatural preconditions with the source task's Fisher: use it with efficiency=topv2 efficiency.mode=adapt "
+    "(the protocol checks the mode)")

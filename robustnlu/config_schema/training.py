@@ -1,0 +1,82 @@
+"""The machinery of a run's config: ``encoder=`` (with its rule on ``data.max_length``),
+``trainer=``, ``callbacks=``, ``logger=`` and ``paths=``."""
+
+from __future__ import annotations
+
+from robustnlu.config_schema.spec import (
+    AT_LEAST_1, DROPOUT, NON_NEGATIVE, POSITIVE, AnyOf, Anything, MapOf, Node, Rule, Seq, Variants, arguments_of, by_target,
+    choice, flag, instance, integer, number, text)
+
+
+def encoder() -> Variants:
+    """conf/encoder/ (robustnlu/model/encoders.py)."""
+    tiny = Node({"kind": text(), "hidden_size": integer(AT_LEAST_1), "num_layers": integer(AT_LEAST_1),
+                 "num_heads": integer(AT_LEAST_1), "intermediate_size": integer(AT_LEAST_1),
+                 "max_position_embeddings": integer("[3, inf)"), "dropout": number(DROPOUT)},
+                rules=(Rule("hidden_size", lambda e, _: e["hidden_size"] % e["num_heads"] == 0,
+                            "must be a multiple of encoder.num_heads"),))
+    return Variants("kind", {"embedded": Node({"kind": text()}), "hf": Node({"kind": text(), "name": text()}),
+                             "tiny": tiny})
+
+
+TINY_POSITIONS_RULE = Rule(
+    "data.max_length", lambda c, _: c["encoder"]["kind"] != "tiny" or c["data"]["max_length"] <= c["encoder"]["max_position_embeddings"],
+    "must be <= encoder.max_position_embeddings")
+
+
+PRECISIONS = ("auto", "64-true", "64", "32-true", "32", "16-mixed", "16", "bf16-mixed", "bf16", "16-true", "bf16-true",
+              "transformer-engine", "transformer-engine-float16", 64, 32, 16)
+
+
+def trainer() -> Node:
+    """conf/trainer/: the `pytorch_lightning.Trainer` arguments (any other one of them is
+    allowed unchecked, e.g. ``+trainer.limit_train_batches=10``) and ``on_nonfinite``, ours."""
+    return Node({
+        "_target_": choice("pytorch_lightning.Trainer"), "default_root_dir": text(),
+        "max_epochs": integer(AT_LEAST_1), "accelerator": choice("auto", "cpu", "gpu", "cuda", "mps", "tpu"),
+        "devices": AnyOf((integer(AT_LEAST_1), choice(-1, "auto"), text(pattern=r"-1|[1-9]\d*|\d+(,\d+)*,"),
+                          text(pattern=r"\d+(,\d+)+"), Seq(integer(NON_NEGATIVE), min_length=1)),
+                         "must be a device count >= 1, -1 (all), auto, or device ids as a list or \"0,1\""),
+        "precision": choice(*PRECISIONS), "gradient_clip_val": number(NON_NEGATIVE, null=True),
+        "log_every_n_steps": integer(AT_LEAST_1), "deterministic": AnyOf((flag(), choice("warn")), "must be true, false or warn"),
+        "enable_model_summary": flag(), "enable_progress_bar": flag(), "use_distributed_sampler": flag(),
+        "strategy": Anything(), "on_nonfinite": choice("stop", "skip"),
+    }, optional=frozenset({"strategy", "on_nonfinite"}), extra=arguments_of("pytorch_lightning.Trainer"))
+
+
+def callbacks() -> MapOf:
+    """conf/callbacks/: the shipped callbacks' keys are checked; ``+callbacks.<name>._target_=<class>``
+    adds any other callback that imports."""
+    mode = choice("min", "max")
+    return MapOf(by_target((
+        instance("pytorch_lightning.callbacks.ModelCheckpoint", {
+            "dirpath": text(), "filename": text(), "monitor": text(), "mode": mode,
+            "auto_insert_metric_name": flag(), "save_last": flag()}),
+        instance("robustnlu.resume.LastCheckpoint", {
+            "dirpath": text(), "every_minutes": number(POSITIVE, null=True),
+            "every_n_train_steps": integer(AT_LEAST_1, null=True)},
+            rules=(Rule("every_minutes", lambda c, _: bool(c["every_minutes"] or c["every_n_train_steps"]),
+                        "must be set when every_n_train_steps is null (a mid-epoch save is needed)"),)),
+        instance("pytorch_lightning.callbacks.EarlyStopping", {"monitor": text(), "mode": mode,
+                                                               "patience": integer(NON_NEGATIVE)}),
+        instance("pytorch_lightning.callbacks.RichProgressBar"),
+    )))
+
+
+def loggers() -> MapOf:
+    """conf/logger/: CSV and W&B (any other logger class that imports is allowed)."""
+    return MapOf(by_target((
+        instance("pytorch_lightning.loggers.CSVLogger", {"save_dir": text(), "name": text(),
+                                                        "version": AnyOf((text(), integer(NON_NEGATIVE), choice("")),
+                                                                         "must be a string or a version number")}),
+        instance("pytorch_lightning.loggers.WandbLogger", {"save_dir": text(null=True), "mode": choice("offline", "online", "disabled"),
+                                                          "project": text(), "name": text(), "group": text(),
+                                                          "job_type": text(), "tags": Seq(text()),
+                                                          "log_model": AnyOf((flag(), choice("all")), "must be true, false or all")}),
+    )))
+
+
+def paths() -> Node:
+    """conf/paths/default.yaml (``hpo_dir``: conf/hparams_search/base.yaml)."""
+    return Node({"root": text(null=True), "output_dir": text(), "cache_dir": text(), "hpo_dir": text()},
+                optional=frozenset({"hpo_dir"}))

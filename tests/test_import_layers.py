@@ -1,0 +1,140 @@
+"""Imports go one way, top to bottom: a module of robustnlu/ may import modules of its own layer
+or of a lower one, never of a higher one (issue 18 item 5). Every import counts, the ones inside
+functions included (they are how a heavy or optional module is loaded late, not a way around
+the order). Parsed with `ast`, nothing is imported.
+
+The layers, bottom first (`LAYERS`; a module belongs to the layer of the longest name that
+matches it, its own or a package's):
+
+1. errors: the user errors every layer raises;
+2. the plumbing every layer may use: file writing (io), optional extras, numeric precision,
+   checkpoint files, the repository's paths;
+3. data (utterances, readers, the data module) and metrics;
+4. what is computed from data alone: the model's networks, SeqDrift splits, noise transforms,
+   model selection criteria, and the efficiency protocol's corpus step and curve fit;
+5. what an objective builds on: group sources (groups), learned adversaries (adversary), the
+   optimisers (optim: R-PDRO's adversary uses `weight_decay_groups`), DDP helpers;
+6. the objectives (robust);
+7. the LightningModule and prediction with a trained one;
+8. the config schema, which reads the allowed values of every layer below, and what the Hydra
+   apps share (cli: composing and checking configs, one-line user errors);
+9. a training run (train), the robustness suites (evaluate, also a library of train), resuming,
+   and the efficiency protocol's run (its corpus, adaptation callback, source Fisher);
+10. reading run directories back: analysis, the study report, the HPO and reproduction
+    drivers, the efficiency study and plot;
+11. entry points: every ``__main__`` module, and the drivers that compose configs themselves
+    (seqdrift.canonical).
+
+cli sits below train and evaluate, not at the top, because they are Hydra apps that use its
+`hydra_app` / `run_or_exit`. A module that is in no layer fails `test_every_module_has_a_layer`:
+add it to `LAYERS` where its imports allow (new top-level modules and packages need a line;
+a module inside a listed package inherits the package's layer).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "robustnlu"
+
+#: bottom first; a name is a module or a package (then every module inside it)
+LAYERS: list[list[str]] = [
+    ["errors"],
+    ["io", "extras", "precision", "checkpoint", "paths", "rundir"],
+    ["data", "metrics"],
+    ["model", "seqdrift", "noise", "selection", "efficiency"],  # efficiency: subsets, curve (the rest above)
+    ["groups", "adversary", "optim", "distributed"],
+    ["robust"],
+    ["module", "predict"],
+    ["config_schema", "cli"],
+    ["train", "evaluate", "resume", "efficiency.protocol", "efficiency.adapt"],
+    ["analysis", "report", "hpo", "reproduce", "efficiency.study", "efficiency.plot"],
+    ["seqdrift.canonical"],  # + every __main__ (`layer_of`)
+]
+TOP = len(LAYERS) - 1
+
+#: (importer, imported) edges that run up and are being removed by another change of issue 18;
+#: each must still exist (`test_pending_violations_still_exist`), so the list only shrinks
+PENDING: set[tuple[str, str]] = {
+    ("robustnlu.evaluate", "robustnlu.analysis.robustness"),  # the robustness table moves down (H1)
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def layer_of(module: str) -> int | None:
+    """The layer of ``module`` (``robustnlu.x.y``): top for a ``__main__``, else the layer of
+    the longest listed name that is the module or one of its packages; None if none is."""
+    if module.rsplit(".", 1)[-1] == "__main__":
+        return TOP
+    name = module.removeprefix("robustnlu.")
+    best: tuple[int, int] | None = None  # (length of the match, layer)
+    for layer, names in enumerate(LAYERS):
+        for listed in names:
+            if (name == listed or name.startswith(listed + ".")) and (best is None or len(listed) > best[0]):
+                best = (len(listed), layer)
+    return best[1] if best else None
+
+
+def imports_of(module: str, path: Path) -> set[str]:
+    """The robustnlu modules ``module`` imports, anywhere in its file (``from robustnlu.x import
+    y`` counts as ``robustnlu.x.y`` when that is a module)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the module's package upwards
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
+    return {name for name in found if name == "robustnlu" or name.startswith("robustnlu.")}
+
+
+def upward_imports() -> set[tuple[str, str]]:
+    edges = set()
+    for module, path in MODULES.items():
+        for imported in imports_of(module, path):
+            low, high = layer_of(module), layer_of(imported)
+            if low is not None and high is not None and high > low:
+                edges.add((module, imported))
+    return edges
+
+
+def test_every_module_has_a_layer():
+    missing = sorted(m for m in MODULES if m != "robustnlu" and layer_of(m) is None)
+    assert not missing, (f"{', '.join(missing)}: in no layer; add it (or its package) to LAYERS in "
+                         f"tests/test_import_layers.py where its imports allow")
+
+
+def test_no_module_imports_a_higher_layer():
+    upward = sorted(upward_imports() - PENDING)
+    lines = [f"{a} (layer {layer_of(a) + 1}) imports {b} (layer {layer_of(b) + 1})" for a, b in upward]
+    assert not upward, "imports that run up:\n" + "\n".join(lines)
+
+
+@pytest.mark.parametrize("edge", sorted(PENDING), ids=" -> ".join)
+def test_pending_violations_still_exist(edge):
+    assert edge in upward_imports(), f"{edge[0]} no longer imports {edge[1]} upwards: remove it from PENDING"
+
+
+def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
+    """The parser on a hand-made module: a function-level import and ``from . import x``."""
+    source = tmp_path / "robustnlu" / "model" / "fake.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("def f():\n    from robustnlu.train import run\n    from . import jointbert\n")
+    assert imports_of("robustnlu.model.fake", source) >= {"robustnlu.train", "robustnlu.model.jointbert"}
+    assert layer_of("robustnlu.train") > layer_of("robustnlu.model.fake")
+    assert layer_of("robustnlu.seqdrift.__main__") == TOP and layer_of("robustnlu.nonexistent") is None
