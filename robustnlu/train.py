@@ -50,6 +50,7 @@ from robustnlu.noise.augment import augment_corpus
 from robustnlu.paths import repo_root
 from robustnlu.precision import resolve_precision
 from robustnlu.predict import Predictor
+from robustnlu.scenario import Scenario
 from robustnlu.resume import ResumePoint, discard_last_checkpoint, record_wandb_run, resume_point, wandb_run_id
 from robustnlu.seqdrift.pipeline import make_drift_split
 from robustnlu.seqdrift.shipped import SHIPPED_DIR
@@ -235,6 +236,7 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         "dataset": corpus.name,
         "method": cfg.method.get("name"),
         "seed": cfg.seed,
+        "scenario": Scenario.of(corpus.name, cfg.drift.kind, cfg.drift.get("partial"), cfg.validation.kind).to_dict(),
         "drift": {"kind": cfg.drift.kind, "partial": cfg.drift.get("partial", False),
                   "validation": cfg.validation.kind if cfg.drift.kind != "none" else "dataset",
                   "split_key": drift_split.key, "clustering": drift_split.info.get("clustering"),

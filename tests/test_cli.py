@@ -138,7 +138,7 @@ def test_wandb_run_is_grouped_by_scenario_with_final_metrics_in_its_summary(samp
     (run_file,) = (run_dir / "wandb").rglob("offline-run-*/*.wandb")  # offline by default
     records = read_wandb_records(run_file)
     run = next(r["run"] for r in records if "run" in r)
-    assert run["run_group"] == "jsonl-none-False-iid" and run["job_type"] == "erm"
+    assert run["run_group"] == "jsonl" and run["job_type"] == "erm"
     assert set(run["tags"]) == {"jsonl", "drift=none", "partial=False", "validation=iid", "method=erm", "seed=3"}
     summary = {}
     for r in records:
@@ -163,7 +163,7 @@ def test_a_sweeps_runs_share_one_wandb_folder(sample, tmp_path):
         (run,) = [r["run"] for r in read_wandb_records(next(folder.glob("*.wandb"))) if "run" in r]
         names.add(run["display_name"])
         assert folder.name.endswith(run["run_id"])
-    assert names == {"jsonl-none-False-iid-erm-seed1", "jsonl-none-False-iid-erm-seed2"}
+    assert names == {"jsonl-erm-seed1", "jsonl-erm-seed2"}
     job_dirs = sorted(p.parent for p in sweep.glob("*/results.json"))
     assert len(job_dirs) == 2
     recorded = {json.loads((d / "wandb.json").read_text())["dir"] for d in job_dirs}

@@ -42,7 +42,7 @@ def test_search_config_composes_with_its_method_and_its_params_parse(method):
         assert sweeper._target_ == "hydra_plugins.robustnlu_plugins.optuna_sweeper.OptunaSweeper"
         assert sweeper.direction == "maximize"
         assert sweeper.sampler._target_ == "optuna.samplers.TPESampler" and sweeper.sampler.seed is not None
-        assert sweeper.study_name == f"snips-slot_value-partial_True-iid-{METHOD_NAMES.get(method, method)}"
+        assert sweeper.study_name == f"snips-slot_value-partial-iid-{METHOD_NAMES.get(method, method)}"
         assert sweeper.storage == "sqlite:///outputs/hpo/optuna.db"
         assert sweeper.n_trials == 8 and sweeper.n_jobs == 1 and sweeper.max_failure_rate > 0
         space, fixed = search_space([f"{k}={v}" for k, v in sweeper.params.items()])
@@ -170,7 +170,7 @@ def test_optuna_sweep_of_3_trials_runs_through_hydra_and_writes_the_best_paramet
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     storage = f"sqlite:///{tmp_path}/hpo/optuna.db"
-    study = optuna.load_study(study_name="jsonl-none-partial_none-iid-topk", storage=storage)
+    study = optuna.load_study(study_name="jsonl-topk", storage=storage)
     assert len(study.trials) == 3
     assert all(t.state == TrialState.COMPLETE for t in study.trials)
     assert all(set(t.params) == {"optimizer.lr", "model.intent_loss_scale", "method.k"} for t in study.trials)
@@ -222,7 +222,7 @@ def test_n_jobs_trials_run_as_one_batch_of_the_submitit_launcher(tmp_path):
                     "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", "hydra/launcher=local",
                     f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    study = optuna.load_study(study_name="jsonl-none-partial_none-iid-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
+    study = optuna.load_study(study_name="jsonl-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
     assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
     for trial in study.trials:
         results = json.loads((sweep / str(trial.number) / "results.json").read_text())

@@ -55,7 +55,7 @@ def test_an_optuna_trial_with_a_user_error_is_failed_and_the_study_goes_on(data,
                     "hydra.sweeper.n_trials=3", f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={sweep}"],
                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    study = optuna.load_study(study_name="jsonl-none-partial_none-iid-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
+    study = optuna.load_study(study_name="jsonl-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
     assert len(study.trials) == 3
     bad = {t.number for t in study.trials if t.params["dataset.train"] == str(data["bad"])}
     assert bad and len(bad) < 3  # the sampler's seed (42) proposes both files
@@ -79,7 +79,7 @@ def test_an_optuna_trial_that_crashes_is_failed_with_its_traceback_and_the_study
                     "hydra.sweeper.n_trials=3",
                     f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    study = optuna.load_study(study_name="jsonl-none-partial_none-iid-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
+    study = optuna.load_study(study_name="jsonl-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
     assert len(study.trials) == 3
     crashed = {t.number for t in study.trials if t.params["++trainer.limit_train_batches"] == -1}
     assert crashed and len(crashed) < 3  # the sampler's seed (42) proposes both
@@ -103,5 +103,5 @@ def test_a_batch_with_more_failures_than_max_failure_rate_ends_the_sweep(data, t
     lines = proc.stderr.strip().splitlines()  # the sweep ends on the job's one error line (cli.hydra_app)
     assert lines[-1].startswith(f"error: {data['bad']}:5: invalid JSON") and "HYDRA_FULL_ERROR" not in proc.stderr
     assert "Traceback" not in proc.stderr
-    study = optuna.load_study(study_name="jsonl-none-partial_none-iid-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
+    study = optuna.load_study(study_name="jsonl-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
     assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.FAIL]  # batch 2 never started

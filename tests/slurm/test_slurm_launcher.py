@@ -277,7 +277,7 @@ def test_local_launcher_runs_a_two_job_sweep_in_parallel(tmp_path):
     results = _results(sweep_dir)
     assert sorted(results) == [1, 2]
     # job directories are named <job number>-<scenario>-<method>-seed<seed> (conf/hydra/default.yaml)
-    jobs = [sweep_dir / f"{n}-jsonl-none-False-iid-erm-seed{n + 1}" for n in (0, 1)]
+    jobs = [sweep_dir / f"{n}-jsonl-erm-seed{n + 1}" for n in (0, 1)]
     # in parallel: each job started (Hydra wrote its .hydra/config.yaml) before the other ended
     starts = [(job / ".hydra" / "config.yaml").stat().st_mtime for job in jobs]
     ends = [(job / "results.json").stat().st_mtime for job in jobs]
