@@ -38,13 +38,9 @@ from robustnlu.optim import weight_decay_groups
 from robustnlu.robust.base import RobustObjective
 
 
-def batch_ratio_weights(f: Tensor) -> Tensor:
-    """r̃ = softmax of f over the batch (eq. 6.5)."""
-    return torch.softmax(f, dim=0)
-
-
 def rpdro_losses(f: Tensor, losses: Tensor, tau: float) -> tuple[Tensor, Tensor]:
-    """(model loss Σ r̃_i.detach() ℓ_i, adversary loss −(Σ r̃_i ℓ_i.detach() − τ Σ r̃_i log r̃_i)):
+    """(model loss Σ r̃_i.detach() ℓ_i, adversary loss −(Σ r̃_i ℓ_i.detach() − τ Σ r̃_i log r̃_i)),
+    r̃ = softmax of f over the batch (eq. 6.5):
     the two players' halves of eq. 6.6, each differentiable only in its own player's input."""
     log_weights = torch.log_softmax(f, dim=0)
     weights = log_weights.exp()

@@ -15,7 +15,7 @@ from transformers import AutoModel, BertConfig
 from robustnlu.adversary.ratio import RatioAdversary, gold_logit_score
 from robustnlu.model.jointbert import JointBERT
 from robustnlu.model.spec import ModelSpec
-from robustnlu.robust.rpdro import RPDRO, batch_ratio_weights, rpdro_losses
+from robustnlu.robust.rpdro import RPDRO, rpdro_losses
 from tests.robust.helpers import task_losses
 
 CONFIG = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
@@ -82,10 +82,18 @@ def test_losses_and_gradients_match_numpy():
     assert f.grad is None  # and the model the weights as constants
 
 
+def batch_weights(f: torch.Tensor) -> np.ndarray:
+    """The weights r̃ the model loss puts on each example: its value for a one-hot loss vector."""
+    f = f.detach()
+    return np.array([rpdro_losses(f, torch.eye(len(f), dtype=f.dtype)[j], 1.0)[0].item() for j in range(len(f))])
+
+
 def test_batch_weights_sum_to_one_and_a_batch_of_one_weighs_one():
-    assert batch_ratio_weights(torch.tensor([0.1, 5.0, -3.0])).sum().item() == pytest.approx(1.0)
+    f = torch.tensor([0.1, 5.0, -3.0], dtype=torch.float64)
+    np.testing.assert_allclose(batch_weights(f), np_softmax(f.numpy()), rtol=1e-12)  # eq. 6.5
+    assert batch_weights(f).sum() == pytest.approx(1.0)
     model_loss, _ = rpdro_losses(torch.tensor([7.3]), torch.tensor([2.5]), 0.1)
-    assert batch_ratio_weights(torch.tensor([7.3])).item() == 1.0 and model_loss.item() == 2.5
+    assert batch_weights(torch.tensor([7.3])).item() == 1.0 and model_loss.item() == 2.5
 
 
 @pytest.mark.parametrize("tau", [0.5, 1e4])
@@ -99,7 +107,7 @@ def test_adversary_optimum_is_the_tilted_distribution_and_uniform_as_tau_grows(t
         rpdro_losses(f, torch.tensor(l_np), tau)[1].backward()
         opt.step()
     expected = np_softmax(l_np / tau)
-    np.testing.assert_allclose(batch_ratio_weights(f).detach().numpy(), expected, atol=1e-6)
+    np.testing.assert_allclose(batch_weights(f), expected, atol=1e-6)
     if tau > 1e3:
         np.testing.assert_allclose(expected, 0.25, atol=1e-3)
 
