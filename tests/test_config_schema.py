@@ -44,7 +44,7 @@ BAD_VALUES = {
                        "adamw, conatural"),
     # the group source before it moved into the method's node (issue 18): the line names the new spelling
     "old group source spelling": (["method=topk_group", "adversary=lda_topics"],
-                                  "error: Could not override 'adversary'; No match in the defaults list; To append "
+                                  "error: Could not override 'adversary'. No match in the defaults list; To append "
                                   "to your default list use +adversary=lda_topics; a method's group source is chosen "
                                   "with groups@method.groups=<name> (conf/groups/: seqdrift_clusters, lda_topics, "
                                   "autoencoder), its learned adversary with adversary@method.adversary=<name> "
