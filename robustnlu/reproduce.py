@@ -164,11 +164,11 @@ def write_record(run: Run, run_dir: Path, record: Path, command: list[str], wall
     for split in ("valid", "test"):
         gzip_copy(run_files.predictions_file(split), record / "predictions" / f"{split}.jsonl.gz")
     shutil.copyfile(run_files.metrics_csv, record / "metrics.csv")
-    atomic_write_json(record / "meta.json", {
+    atomic_write_json(RunDir(record).meta_file, {
         "command": " ".join(command[1:]), "part": run.part, "cpu": cpu_model(), "cores": os.cpu_count(),
         "wall_time_s": round(wall_s, 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     })
-    shutil.copyfile(run_files.results_file, record / "results.json")
+    shutil.copyfile(run_files.results_file, RunDir(record).results_file)
 
 
 def commit(repo: Path, record: Path, message: str) -> bool:

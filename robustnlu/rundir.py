@@ -76,6 +76,11 @@ class RunDir:
         return self.path / CONFIG
 
     @property
+    def meta_file(self) -> Path:
+        """A reproduction record's ``meta.json`` (command, hardware, wall time)."""
+        return self.path / META
+
+    @property
     def robustness_file(self) -> Path:
         """``robustness.json``: the noise suites' scores (`robustnlu.evaluate`)."""
         return self.path / ROBUSTNESS
@@ -107,8 +112,7 @@ class RunDir:
 
     def meta(self) -> dict[str, Any]:
         """A reproduction record's ``meta.json``, {} if there is none."""
-        path = self.path / META
-        return read_json_object(path) if path.is_file() else {}
+        return read_json_object(self.meta_file) if self.meta_file.is_file() else {}
 
     def best_checkpoint(self) -> Path:
         """The best checkpoint that ``results.json`` names."""

@@ -50,6 +50,7 @@ from robustnlu.noise.augment import augment_corpus
 from robustnlu.paths import repo_root
 from robustnlu.precision import resolve_precision
 from robustnlu.predict import Predictor
+from robustnlu.rundir import RunDir
 from robustnlu.scenario import Scenario
 from robustnlu.resume import ResumePoint, discard_last_checkpoint, record_wandb_run, resume_point, wandb_run_id
 from robustnlu.seqdrift.pipeline import make_drift_split
@@ -180,7 +181,7 @@ def write_status(out_dir: Path, state: str, **extra: Any) -> None:
     continues it), so a report finds failed and unfinished runs (a hard-killed job stays
     ``running``) from the run directories alone. Written by the rank-0 process only."""
     if rank_zero_only.rank == 0:
-        atomic_write_json(out_dir / "status.json", {
+        atomic_write_json(RunDir(out_dir).status_file, {
             "state": state, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
             "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **extra})
 
@@ -219,7 +220,7 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
     corpus, drift_split, datamodule, module, augmentation, protocol, callbacks = parts
     config = OmegaConf.to_container(cfg, resolve=True)
     if rank_zero_only.rank == 0:
-        atomic_write_text(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        atomic_write_text(RunDir(out_dir).config_file, OmegaConf.to_yaml(cfg, resolve=True))
 
     trainer = build_trainer(cfg, wandb_run_id(out_dir) if resume.checkpoint else None, callbacks)
     record_wandb_run(out_dir, trainer)
@@ -261,9 +262,10 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         results["robustness"] = evaluate_suites(Predictor(module, datamodule.tokenizer), suites, cfg, corpus)
         tables = write_robustness(out_dir, results["robustness"], results["best_checkpoint"])
     if trainer.is_global_zero:
+        run = RunDir(out_dir)
         for split in ("valid", "test"):
-            atomic_write_jsonl(out_dir / "predictions" / f"{split}.jsonl", module.evaluations[split]["predictions"])
-        atomic_write_json(out_dir / "results.json", results)
+            atomic_write_jsonl(run.predictions_file(split), module.evaluations[split]["predictions"])
+        atomic_write_json(run.results_file, results)
         print(f"\n{corpus.name} / {results['method']} / seed {cfg.seed}: best checkpoint "
               f"{results['best_checkpoint']} (metrics in %; drop = valid - test)\n{summary_table(results['metrics'])}\n"
               + (f"robustness (metrics in %):\n{tables}\n" if suites else "") + f"run directory: {out_dir}")
