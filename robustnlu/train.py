@@ -233,13 +233,14 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
     trainer.validate(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
     trainer.test(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
 
+    scenario = Scenario.of(corpus.name, cfg.drift.kind, cfg.drift.get("partial"), cfg.validation.kind)
     results = {
         "dataset": corpus.name,
         "method": cfg.method.get("name"),
         "seed": cfg.seed,
-        "scenario": Scenario.of(corpus.name, cfg.drift.kind, cfg.drift.get("partial"), cfg.validation.kind).to_dict(),
+        "scenario": scenario.to_dict(),
         "drift": {"kind": cfg.drift.kind, "partial": cfg.drift.get("partial", False),
-                  "validation": cfg.validation.kind if cfg.drift.kind != "none" else "dataset",
+                  "validation": scenario.validation,  # "dataset" without a drift
                   "split_key": drift_split.key, "clustering": drift_split.info.get("clustering"),
                   "split_stats": drift_split.stats},
         "metrics": {split: module.evaluations[split]["metrics"] for split in ("valid", "test")},
