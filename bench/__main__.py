@@ -44,6 +44,7 @@ GOALS.update({
     "bf16_speedup_run": (">=", 1.4, "(s) bf16 / fp32 ex/s, SNIPS training run"),
     "bf16_valid_combined_diff": ("<=", 0.3, "(t) |valid COMBINED bf16 - fp32|, pts"),
     "bf16_test_combined_diff": ("<=", 0.3, "(u) |test COMBINED bf16 - fp32|, pts"),
+    "fused_adamw_speedup": (">=", 1.3, "(v) fused / loop AdamW ex/s, Lightning"),
 })
 #: the parts of the bench, in the order they run (``--skip`` leaves some out)
 PARTS = ("speed", "methods", "memory", "precision", "seqdrift")
@@ -110,6 +111,7 @@ def measure_speed(args: argparse.Namespace, results: dict[str, Any]) -> None:
     from bench.contention import CONTENTION_CPUS, wait_for_quiet
     from bench.loops import run_lightning, run_plain
     from bench.workload import FIXED_PAD_TO, compose_config, load_workload, token_stats
+    from robustnlu.optim.adamw import use_fused
     from robustnlu.precision import BF16, FP32, resolve_precision
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -124,9 +126,10 @@ def measure_speed(args: argparse.Namespace, results: dict[str, Any]) -> None:
                                    fixed_pad_to=FIXED_PAD_TO, seed=int(cfg.seed))
         clip = float(cfg.trainer.gradient_clip_val)
 
-        def one_run(loop: str, padding: str, precision: str):
+        def one_run(loop: str, padding: str, precision: str, adamw: str):
             pl.seed_everything(cfg.seed, verbose=False)
             module = workload.fresh_module()
+            module.hparams.optimizer = {**module.hparams.optimizer, "fused": adamw == "fused"}
             try:
                 if loop == "plain":
                     return run_plain(module, batches[padding], args.warmup, clip, device, padding)
@@ -136,25 +139,31 @@ def measure_speed(args: argparse.Namespace, results: dict[str, Any]) -> None:
                 gc.collect()
 
         # (a) and (b) in float32 (the plain loop's precision); (r) Lightning in bf16-mixed beside
-        # Lightning in float32, where the device supports bf16 (trainer.precision=auto picks it)
+        # Lightning in float32, where the device supports bf16 (trainer.precision=auto picks it);
+        # (v) Lightning in float32 with PyTorch's per-parameter AdamW loop instead of the fused kernel
+        # where the device has one (optimizer.fused=auto picks it)
         bf16 = resolve_precision("auto", device.type) == BF16
-        results["settings"]["auto_precision"] = resolve_precision("auto", device.type)
-        order = [("plain", "dynamic", FP32), ("lightning", "dynamic", FP32), ("plain", "fixed", FP32)]
-        order += [("lightning", "dynamic", BF16)] if bf16 else []
+        fused = use_fused(workload.initial.model, "auto")
+        results["settings"].update(auto_precision=resolve_precision("auto", device.type), fused_adamw=fused)
+        adamw = "fused" if fused else "loop"
+        order = [("plain", "dynamic", FP32, adamw), ("lightning", "dynamic", FP32, adamw),
+                 ("plain", "fixed", FP32, adamw)]
+        order += [("lightning", "dynamic", BF16, adamw)] if bf16 else []
+        order += [("lightning", "dynamic", FP32, "loop")] if fused else []
         runs = results["runs"] = []
         waited = 0.0
         for repeat in range(args.repeats):
-            for slot, (loop, padding, precision) in enumerate(order, start=1 + repeat * len(order)):
+            for slot, (loop, padding, precision, adamw) in enumerate(order, start=1 + repeat * len(order)):
                 for attempt in range(1 + args.max_retries):
                     if device.type == "cpu":
                         waited += wait_for_quiet(args.max_wait)
-                    timing = one_run(loop, padding, precision)
+                    timing = one_run(loop, padding, precision, adamw)
                     disturbed = timing.others_busy is not None and timing.others_busy > CONTENTION_CPUS
                     retry = (disturbed and attempt < args.max_retries
                              and time.perf_counter() - started < args.retry_budget)
                     runs.append({"repeat": repeat, "attempt": attempt, "used": not retry, **timing.to_dict(),
-                                 "torch_threads": torch.get_num_threads()})
-                    print(f"  [{slot}/{len(order) * args.repeats}] {loop:9s} {padding:7s} {precision:10s} "
+                                 "adamw": adamw, "torch_threads": torch.get_num_threads()})
+                    print(f"  [{slot}/{len(order) * args.repeats}] {loop:9s} {padding:7s} {precision:10s} {adamw:5s} "
                           f"{timing.examples_per_s:7.1f} ex/s  ({timing.timed_steps} steps in {timing.seconds:.2f} s;"
                           f" CPUs busy: ours {timing.cpu_busy:.2f}, others {_fmt(timing.others_busy)})"
                           + ("  disturbed: run again" if retry else ""), flush=True)
@@ -168,15 +177,20 @@ def measure_speed(args: argparse.Namespace, results: dict[str, Any]) -> None:
         raise RuntimeError(f"the loops did not train alike (optimizer groups / schedule / clipping): {setups}")
     used = [r for r in runs if r["used"]]
 
-    def median(loop: str, padding: str, precision: str = FP32) -> float:
+    default_adamw = "fused" if results["settings"]["fused_adamw"] else "loop"
+
+    def median(loop: str, padding: str, precision: str = FP32, adamw: str = default_adamw) -> float:
         return statistics.median(r["examples_per_s"] for r in used
-                                 if (r["loop"], r["padding"], r["precision"]) == (loop, padding, precision))
+                                 if (r["loop"], r["padding"], r["precision"], r["adamw"]) == (loop, padding, precision, adamw))
 
     medians = {"plain_dynamic": median("plain", "dynamic"), "lightning_dynamic": median("lightning", "dynamic"),
                "plain_fixed": median("plain", "fixed")}
     if bf16:
         medians["lightning_dynamic_bf16"] = median("lightning", "dynamic", BF16)
         results["ratios"]["bf16_speedup_step"] = medians["lightning_dynamic_bf16"] / medians["lightning_dynamic"]
+    if results["settings"]["fused_adamw"]:
+        medians["lightning_dynamic_loop_adamw"] = median("lightning", "dynamic", FP32, "loop")
+        results["ratios"]["fused_adamw_speedup"] = medians["lightning_dynamic"] / medians["lightning_dynamic_loop_adamw"]
     results["examples_per_s_median"] = medians
     others = [r["others_busy"] for r in used if r["others_busy"] is not None]
     results["contention"] = {
@@ -249,6 +263,8 @@ def format_table(results: dict[str, Any]) -> str:
             f"  medians: plain {m['plain_dynamic']:.1f} ex/s, Lightning {m['lightning_dynamic']:.1f} ex/s, "
             f"plain fixed-{s['fixed_pad_to']} {m['plain_fixed']:.1f} ex/s"
             + (f", Lightning bf16-mixed {m['lightning_dynamic_bf16']:.1f} ex/s" if "lightning_dynamic_bf16" in m else "")
+            + (f", Lightning with the AdamW loop {m['lightning_dynamic_loop_adamw']:.1f} ex/s"
+               if "lightning_dynamic_loop_adamw" in m else "")
             + f" (trainer.precision=auto here: {s['auto_precision']})",
             f"  tokens per batch (padded): dynamic {t['dynamic']['padded_tokens_per_batch']:.0f}, "
             f"fixed {t['fixed']['padded_tokens_per_batch']:.0f}; real (non-pad) "

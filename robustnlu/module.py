@@ -30,6 +30,8 @@ import torch
 from hydra.utils import instantiate
 from lightning_fabric.utilities.rank_zero import rank_zero_warn
 from omegaconf import OmegaConf
+from pytorch_lightning.plugins.precision import Precision
+from pytorch_lightning.utilities import GradClipAlgorithmType
 from torch import nn
 
 from robustnlu.checkpoint import CHECKPOINT_FORMAT, FORMAT_KEY, first_line, read_checkpoint
@@ -238,6 +240,20 @@ class SLUModule(pl.LightningModule):
         """The ``optimizer=`` option's optimiser over the SLU model and its learning-rate schedule
         (`robustnlu.optim.build_optimizer`). The objective trains its own parameters itself."""
         return build_optimizer(self.hparams.optimizer, self.model, lambda: self.trainer.estimated_stepping_batches)
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """``trainer.gradient_clip_val`` for every optimiser, the fused AdamW kernel included
+        (`robustnlu.optim.adamw`). Lightning's mixed-precision plugin refuses to clip an optimiser
+        that unscales gradients itself, because under fp16's gradient scaler its gradients are still
+        scaled at this point; so unscale them first, as Lightning does for every other optimiser (bf16
+        and float32 have no scaler: nothing to unscale), then clip as Lightning does."""
+        plugin = self.trainer.precision_plugin
+        scaler = getattr(plugin, "scaler", None)
+        if scaler is not None and getattr(optimizer, "_step_supports_amp_scaling", False):
+            scaler.unscale_(optimizer)
+        clip_val = self.trainer.gradient_clip_val if gradient_clip_val is None else gradient_clip_val
+        algorithm = gradient_clip_algorithm or self.trainer.gradient_clip_algorithm or GradClipAlgorithmType.NORM
+        Precision.clip_gradients(plugin, optimizer, clip_val or 0.0, GradClipAlgorithmType(algorithm))
 
     # --- evaluation -----------------------------------------------------------------------
     def _eval_step(self, batch: dict[str, torch.Tensor], split: str) -> None:

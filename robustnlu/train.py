@@ -251,6 +251,9 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         "epochs_trained": trainer.current_epoch,
         "nonfinite_skips": module.nonfinite_skips,  # training batches dropped (trainer.on_nonfinite=skip)
         "precision": trainer.precision,  # as trained: trainer.precision=auto resolved (robustnlu/precision.py)
+        # as trained: optimizer.fused=auto resolved (robustnlu/optim/adamw.py); a run resumed from a
+        # checkpoint of the per-parameter loop keeps the loop (the optimiser state carries it)
+        "optimizer_fused": any(bool(g.get("fused")) for g in trainer.optimizers[0].param_groups),
         "resumed_from": resume.record(),
         "wall_time_s": round(time.time() - started, 1),  # of this session (since the resume)
         "fit_time_s": round(fit_time, 1),  # trainer.fit (training + per-epoch validation) of this session

@@ -31,24 +31,29 @@ def bench(tmp_path_factory):
 def test_the_loops_train_and_the_speed_ratios_are_those_of_the_runs(bench):
     stdout, results = bench
     assert "error" not in results
-    runs = {(r["loop"], r["padding"], r["precision"]): r for r in results["runs"]}
+    runs = {(r["loop"], r["padding"], r["precision"], r["adamw"]): r for r in results["runs"]}
     bf16 = resolve_precision("auto", "cpu") == BF16
-    assert set(runs) == {("plain", "dynamic", FP32), ("lightning", "dynamic", FP32), ("plain", "fixed", FP32)} | (
-        {("lightning", "dynamic", BF16)} if bf16 else set())
+    assert results["settings"]["fused_adamw"] is True  # optimizer.fused=auto on the CPU
+    assert set(runs) == {("plain", "dynamic", FP32, "fused"), ("lightning", "dynamic", FP32, "fused"),
+                         ("plain", "fixed", FP32, "fused"), ("lightning", "dynamic", FP32, "loop")} | (
+        {("lightning", "dynamic", BF16, "fused")} if bf16 else set())
     for run in runs.values():
         assert run["timed_steps"] == 2 and run["timed_examples"] == 2 * 32
         assert run["examples_per_s"] == pytest.approx(run["timed_examples"] / run["seconds"])
         assert 0 < run["final_loss"] < 20
     ratios = results["ratios"]
-    ex = {key: run["examples_per_s"] for key, run in runs.items()}
+    ex = {key[:3]: run["examples_per_s"] for key, run in runs.items() if key[3] == "fused"}
     assert ratios["lightning_overhead"] == pytest.approx(ex["lightning", "dynamic", FP32] / ex["plain", "dynamic", FP32])
     assert ratios["dynamic_vs_fixed"] == pytest.approx(ex["plain", "dynamic", FP32] / ex["plain", "fixed", FP32])
+    loop = runs["lightning", "dynamic", FP32, "loop"]  # same batches, same update: about the same loss
+    assert ratios["fused_adamw_speedup"] == pytest.approx(ex["lightning", "dynamic", FP32] / loop["examples_per_s"])
+    assert loop["final_loss"] == pytest.approx(runs["lightning", "dynamic", FP32, "fused"]["final_loss"], rel=1e-3)
     assert 0 < ratios["peak_rss_gb"] < 3 and results["memory"]["results_written"]
     if bf16:  # same batches, same initial weights: the bf16 run trains to about the same loss
         assert ratios["bf16_speedup_step"] == pytest.approx(ex["lightning", "dynamic", BF16] / ex["lightning", "dynamic", FP32])
-        assert runs["lightning", "dynamic", BF16]["final_loss"] == pytest.approx(
-            runs["lightning", "dynamic", FP32]["final_loss"], rel=0.02)
-    for label in ("(a) Lightning / plain loop", "(b) dynamic / fixed-50", "(c) peak RSS"):
+        assert runs["lightning", "dynamic", BF16, "fused"]["final_loss"] == pytest.approx(
+            runs["lightning", "dynamic", FP32, "fused"]["final_loss"], rel=0.02)
+    for label in ("(a) Lightning / plain loop", "(b) dynamic / fixed-50", "(c) peak RSS", "(v) fused / loop AdamW"):
         assert label in stdout
 
 

@@ -33,8 +33,9 @@ BAD_VALUES = {
     "seed not int": (["seed=abc"], "error: seed: must be an integer (got abc)"),
     "negative epochs": (["trainer.max_epochs=-3"], "error: trainer.max_epochs: must be >= 1 (got -3)"),
     "unknown key": (["+optimizer.momentum=0.9"],
-                    "error: optimizer.momentum: unknown key (optimizer has _partial_, _target_, betas, eps, lr, name, "
+                    "error: optimizer.momentum: unknown key (optimizer has _partial_, _target_, betas, eps, fused, lr, name, "
                     "warmup_steps, weight_decay) (got 0.9)"),
+    "fused not a choice": (["optimizer.fused=fast"], "error: optimizer.fused: must be one of auto, true, false (got fast)"),
     # Hydra's own errors (the config cannot be composed) end the same way, on one line
     "key without +": (["trainer.foo=1"],
                       "error: Could not override 'trainer.foo'; To append to your config use +trainer.foo=1; "

@@ -58,6 +58,7 @@ def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_result(sample, tmp_
     a, b = read(straight, "results.json"), read(killed, "results.json")
     assert b["resumed_from"] == {"checkpoint": "checkpoints/last.ckpt", "global_step": 20, "epoch": 1}
     assert a["resumed_from"] is None
+    assert a["optimizer_fused"] is True and b["optimizer_fused"] is True  # optimizer.fused=auto on the CPU
     assert b["epochs_trained"] == a["epochs_trained"] and b["best_checkpoint"] == a["best_checkpoint"]
     for split in ("valid", "test"):
         assert b["metrics"][split] == pytest.approx(a["metrics"][split], rel=1e-6, abs=1e-9), split

@@ -79,3 +79,37 @@ def test_bf16_mixed_keeps_losses_and_objective_in_fp32(crf, tmp_path):
     for key in ("slot", "intent", "x_enc", "loss"):
         assert probe.seen[key] == {torch.float32}, key
     assert all(torch.isfinite(p).all() and p.dtype == torch.float32 for p in parts.module.parameters())
+
+
+class GradNormProbe(pl.Callback):
+    """The model's gradient norm as the optimiser stepped with it: read before the next step's
+    zero_grad, so after Lightning's clipping; and whether the optimiser was the fused kernel."""
+
+    def __init__(self):
+        self.norms: list[float] = []
+        self.fused: set[bool] = set()
+
+    def on_before_zero_grad(self, trainer, pl_module, optimizer):
+        self.fused |= {bool(g.get("fused")) for g in optimizer.param_groups}
+        grads = [p.grad for p in pl_module.model.parameters() if p.grad is not None]
+        if grads:
+            self.norms.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
+
+
+@pytest.mark.parametrize("precision", [FP32, BF16])
+def test_gradients_are_clipped_for_the_fused_adamw_in_every_precision(precision, tmp_path):
+    """Lightning's mixed-precision plugin alone refuses to clip for an optimiser that unscales its own
+    gradients (the fused AdamW); SLUModule.configure_gradient_clipping clips them in both precisions."""
+    sample = write_snips_sample_jsonl(tmp_path / "data", n_train=64, n_eval=16)
+    clip = 0.01  # far below the tiny encoder's gradient norms: every step is clipped
+    cfg = compose_config([*FAST, *jsonl_overrides(sample), f"trainer.precision={precision}", "trainer.max_epochs=1",
+                          f"trainer.gradient_clip_val={clip}", "optimizer.fused=true", "trainer.accelerator=cpu",
+                          f"paths.cache_dir={tmp_path / 'cache'}"], tmp_path / "run")
+    pl.seed_everything(0, verbose=False)
+    parts = prepare(cfg)
+    probe = GradNormProbe()
+    trainer = build_trainer(cfg)
+    trainer.callbacks.append(probe)
+    trainer.fit(parts.module, datamodule=parts.datamodule)
+    assert trainer.global_step == 4 and probe.fused == {True}
+    assert len(probe.norms) >= 3 and all(n == pytest.approx(clip, rel=1e-3) for n in probe.norms), probe.norms

@@ -96,7 +96,8 @@ def optimizer() -> Variants:
     shared = {"_target_": Importable(), "_partial_": flag(), "name": text(), "lr": number(POSITIVE),
               "weight_decay": number(NON_NEGATIVE), "warmup_steps": integer(NON_NEGATIVE)}
     return Variants("name", {
-        "adamw": Node({**shared, "betas": Seq(number("[0, 1)"), length=2), "eps": number(POSITIVE)}),
+        "adamw": Node({**shared, "betas": Seq(number("[0, 1)"), length=2), "eps": number(POSITIVE),
+                        "fused": choice("auto", True, False)}),
         "conatural": Node({**shared, "damping": number(POSITIVE), "fisher_samples": integer(AT_LEAST_1),
                            "gamma": number("(0, 1]"), "linear_decay": flag()}),
     })
