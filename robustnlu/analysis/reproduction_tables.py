@@ -237,6 +237,11 @@ def settings_markdown(records: Records) -> str:
         rows.append([".".join(path), ", ".join(f"`{v}` ({n})" for v, n in sorted(values.items()))])
     epochs = Counter(str(r.results.get("epochs_trained")) for r in records.runs.values())
     rows.append(["epochs trained", ", ".join(f"{v} ({n})" for v, n in sorted(epochs.items()))])
+    # results.json records the AdamW kernel from optimizer.fused=auto on (2026-11-24); the runs before it
+    # trained with PyTorch's per-parameter loop: the same update, float rounding apart
+    kernels = Counter({True: "fused", False: "loop"}[bool(r.results.get("optimizer_fused", False))]
+                      for r in records.runs.values())
+    rows.append(["AdamW kernel (fused or per-parameter loop)", ", ".join(f"{v} ({n})" for v, n in sorted(kernels.items()))])
     return markdown(["setting", "value (runs)"], rows)
 
 
