@@ -10,8 +10,9 @@ for synthetic data, see digest A.5):
    ``B-X`` → ``B-X I-X …``; ``I-X`` → all ``I-X``.
 3. **n→1 / n→m** (``as soon as possible`` → ``asap``): only over tokens that are all ``O`` or
    all inside one span; the new tokens start with ``B-X`` if the span started there.
-4. **n→0** (a dropped token): the tags are removed, then `repair_bio` turns an orphaned
-   ``I-X`` into ``B-X``.
+4. **n→0** (a dropped token): the tags are removed; when a span's first token goes, the span's
+   next token becomes its ``B-X`` (even right after another ``X`` span), and `repair_bio` turns
+   any other orphaned ``I-X`` into ``B-X``.
 
 `replace_tokens` applies rules 1-4; `NoiseTransform.__call__` checks every output (same count of
 tokens and tags, valid BIO) and raises `NoiseError` naming the transform and the uid otherwise.
@@ -90,7 +91,12 @@ def replace_tokens(u: Utterance, start: int, end: int, new_tokens: Sequence[str]
     tokens = (*u.tokens[:start], *new_tokens, *u.tokens[end:])
     if not tokens:
         raise ValueError(f"{u.uid}: the replacement leaves no tokens")
-    tags = repair_bio((*u.tags[:start], *new_tags, *u.tags[end:]))
+    after = list(u.tags[end:])
+    if not new_tags and old[0].startswith("B-") and after and after[0] == f"I-{typ}":
+        # the span's start was dropped: its rest starts it (repair_bio alone would join it to a span
+        # of the same type right before it, B-X I-X [B-X] I-X -> one span)
+        after[0] = f"B-{typ}"
+    tags = repair_bio((*u.tags[:start], *new_tags, *after))
     return replace(u, tokens=tokens, tags=tags)
 
 

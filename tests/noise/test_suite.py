@@ -16,6 +16,8 @@ from robustnlu.data.readers import load_corpus
 from robustnlu.data.readers.noisy_tsv import io_to_bio, read_noisy_tsv
 from robustnlu.data.utterance import Corpus, Utterance
 from robustnlu.errors import ConfigError, DataError
+from robustnlu.data.bio import slot_spans
+from robustnlu.noise.base import replace_tokens
 from robustnlu.noise.suite import NoisyPair, load_noisy_suite, normalise, slot_pairs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -290,3 +292,20 @@ def test_slot_pairs_read_spans_the_io_way() -> None:
     u = Utterance("u", ("to", "new", "york", "city", "at", "Noon"), ("O", "B-city", "B-city", "I-city", "O", "I-time"), "x")
     assert slot_pairs(u) == (("city", "newyorkcity"), ("time", "noon"))
 
+
+
+def test_deleting_the_first_token_of_a_span_right_after_a_span_of_its_type_keeps_two_spans() -> None:
+    """B-X I-X [B-X] I-X I-X with the bracketed token dropped: the second span starts at its next
+    token (before the fix it joined the first span); dropping a token inside a span or an O token
+    changes no span."""
+    u = Utterance("c", ("to", "new", "york", "st", "san", "jose"),
+                  ("O", "B-city", "I-city", "B-city", "I-city", "I-city"), "f")
+    dropped = replace_tokens(u, 3, 4, [])
+    assert dropped.tokens == ("to", "new", "york", "san", "jose")
+    assert dropped.tags == ("O", "B-city", "I-city", "B-city", "I-city")
+    assert slot_spans(dropped.tags, "strict") == slot_spans(("O", "B-city", "I-city", "B-city", "I-city"), "strict")
+    assert len(slot_spans(dropped.tags, "strict")) == 2
+    assert replace_tokens(u, 4, 5, []).tags == ("O", "B-city", "I-city", "B-city", "I-city")
+    assert replace_tokens(u, 0, 1, []).tags == ("B-city", "I-city", "B-city", "I-city", "I-city")
+    # the whole second span's head dropped at the end of the utterance: nothing left to start
+    assert replace_tokens(u, 3, 6, []).tags == ("O", "B-city", "I-city")
