@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from robustnlu.analysis.reproduction import Design, write
-from robustnlu.cli import REPO_ROOT
-from robustnlu.errors import entry_point
+from robustnlu.cli import REPO_ROOT, compose_run_config
+from robustnlu.errors import ConfigError, entry_point
 from robustnlu.io import atomic_write_json, atomic_write_with
 from robustnlu.rundir import RunDir
 from robustnlu.scenario import Scenario
@@ -57,46 +57,40 @@ SEEDS = (0, 1)
 KINDS = ("slot_value", "slot_context")
 K_GRID = (2, 4, 8)
 K_METHODS = ("topk", "topk_group", "topk_ae")
-K_SEARCH_SCENARIO = ("snips", "slot_context", False, "iid")
+K_SEARCH_SCENARIO = Scenario("snips", "slot_context", False, "iid")
 
 
 @dataclass(frozen=True)
 class Run:
     """One training run of the study: scenario, method (with its k for the TopK methods), seed."""
 
-    dataset: str
-    kind: str
-    partial: bool
-    validation: str
+    scenario: Scenario
     method: str
     seed: int
     k: int | None = None
     part: str = "A"
 
     @property
-    def scenario(self) -> str:
-        return Scenario.of(self.dataset, self.kind, self.partial, self.validation).name
-
-    @property
     def name(self) -> str:
         method = self.method if self.k is None else f"{self.method}-k{self.k}"
-        return f"{self.scenario}-{method}-seed{self.seed}"
+        return f"{self.scenario.name}-{method}-seed{self.seed}"
 
     def overrides(self) -> list[str]:
-        out = [f"+experiment={self.dataset}_{self.kind}", f"method={self.method}", f"seed={self.seed}",
-               f"drift.partial={str(self.partial).lower()}", f"validation={self.validation}"]
+        s = self.scenario
+        out = [f"+experiment={s.dataset}_{s.drift}", f"method={self.method}", f"seed={self.seed}",
+               f"drift.partial={str(s.partial).lower()}", f"validation={s.validation}"]
         if self.k is not None:
             out.append(f"method.k={self.k}")
         return out
 
 
-def scenarios(dataset: str, full_only: bool = False) -> list[tuple[str, str, bool, str]]:
-    return [(dataset, kind, partial, validation) for kind in KINDS for partial in ((False,) if full_only else (False, True))
+def scenarios(dataset: str, full_only: bool = False) -> list[Scenario]:
+    return [Scenario(dataset, kind, partial, validation) for kind in KINDS for partial in ((False,) if full_only else (False, True))
             for validation in ("iid", "ood")]
 
 
 def k_search_runs() -> list[Run]:
-    return [Run(*K_SEARCH_SCENARIO, method, 0, k, part="k") for method in K_METHODS for k in K_GRID]
+    return [Run(K_SEARCH_SCENARIO, method, 0, k, part="k") for method in K_METHODS for k in K_GRID]
 
 
 def chosen_k(records: Path, method: str) -> int | None:
@@ -115,22 +109,22 @@ def chosen_k(records: Path, method: str) -> int | None:
 
 def parts(records: Path) -> tuple[list[Run], list[Run], list[Run]]:
     """Part A, the k search and Part B (a TopK method's runs with k None while its k is not chosen)."""
-    part_a = [Run(*s, "erm", seed) for seed in SEEDS for d in ("snips", "atis") for s in scenarios(d)]
+    part_a = [Run(s, "erm", seed) for seed in SEEDS for d in ("snips", "atis") for s in scenarios(d)]
     part_b = []
     for seed in SEEDS:
         for method in K_METHODS:
             k = chosen_k(records, method)
-            part_b += [Run(*s, method, seed, k, part="B") for s in scenarios("snips", full_only=True)]
+            part_b += [Run(s, method, seed, k, part="B") for s in scenarios("snips", full_only=True)]
     return part_a, k_search_runs(), part_b
 
 
 def plan(records: Path) -> list[Run]:
     """Every run of the study in the order they are run (the first comparisons first)."""
     part_a, k_runs, part_b = parts(records)
-    snips_full = [r for r in part_a if r.dataset == "snips" and not r.partial]
+    snips_full = [r for r in part_a if r.scenario.dataset == "snips" and not r.scenario.partial]
     first = [r for r in snips_full if r.seed == 0]
     ordered = first + k_runs + [r for r in part_b if r.seed == 0]
-    ordered += [r for r in part_a + part_b if r not in ordered and r.dataset == "snips"]
+    ordered += [r for r in part_a + part_b if r not in ordered and r.scenario.dataset == "snips"]
     ordered += [r for r in part_a if r not in ordered]
     # a Part B run whose k is not chosen yet waits; the k-search run it equals is not trained twice
     ready, seen = [], set()
@@ -185,10 +179,26 @@ def commit(repo: Path, record: Path, message: str) -> bool:
     return False
 
 
+def training_overrides(run: Run, extra: list[str]) -> list[str]:
+    """What ``python -m robustnlu`` gets for ``run``: its scenario and method, the budget, the user's
+    ``extra`` overrides (the run directory and ``resume=true`` come on top)."""
+    return [*run.overrides(), *BUDGET, *QUIET, *extra]
+
+
+def check_overrides(runs: list[Run], extra: list[str]) -> None:
+    """Compose and check every run's config before the first trains: a bad override fails the
+    plan once, with its `ConfigError` line, instead of every run of it hours apart."""
+    for run in runs:
+        try:
+            compose_run_config(training_overrides(run, extra))
+        except ConfigError as err:
+            raise ConfigError(f"{run.name}: {err}") from None
+
+
 def train(run: Run, repo: Path, records: Path, runs: Path, extra: list[str], do_commit: bool) -> bool:
     run_dir = runs / run.name
     record = records / run.name
-    command = [sys.executable, "-m", "robustnlu", *run.overrides(), *BUDGET, *QUIET, *extra,
+    command = [sys.executable, "-m", "robustnlu", *training_overrides(run, extra),
                f"hydra.run.dir={run_dir}", "resume=true"]
     print("+ " + " ".join(command[1:]), flush=True)
     started = time.time()
@@ -213,7 +223,7 @@ def report_design(records: Path) -> Design:
     return Design(parts={"A": [r.name for r in part_a], "k": [r.name for r in k_runs],
                          "B": [r.name for r in part_b]},
                   k_search=k_search, chosen_k={m: chosen_k(records, m) for m in K_METHODS}, budget=BUDGET,
-                  k_scenario=Run(*K_SEARCH_SCENARIO, "erm", 0).scenario)
+                  k_scenario=K_SEARCH_SCENARIO.name)
 
 
 def report_main(argv: list[str]) -> int:
@@ -254,10 +264,15 @@ def main(argv: list[str] | None = None) -> int:
     def selected() -> list[Run]:  # anew after each run: a finished k search releases Part B
         return [r for r in plan(args.records) if args.only is None or r.name in args.only]
 
+    if args.only is not None:
+        planned = {r.name for part in parts(args.records) for r in part}
+        if unknown := [name for name in args.only if name not in planned]:
+            raise ConfigError(f"--only: no run of the study is named {', '.join(unknown)} (--list prints them)")
     if args.list:
         for run in selected():
             print(f"{'recorded' if recorded(run) else 'to run  '}  {run.part}  {run.name}")
         return 0
+    check_overrides([r for r in selected() if not recorded(r)], args.overrides)
     failed: list[str] = []
     while True:
         pending = [r for r in selected() if not recorded(r) and r.name not in failed]

@@ -26,6 +26,7 @@ from robustnlu.analysis.significance import (  # noqa: E402
 from robustnlu.analysis.reproduction_tables import valid_curve  # noqa: E402
 from robustnlu.analysis.runs import MIN_CLUSTER_SIZE, Run, worst_cluster  # noqa: E402
 from robustnlu.rundir import read_predictions  # noqa: E402
+from robustnlu.scenario import Scenario  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "reproduction_record"
 # rows (of 50) each method gets right: ERM 20%, TopK 60% (better), TopK-Group 20% on other rows, TopK-AE none
@@ -70,13 +71,14 @@ def make_record(records: Path, run: reproduce.Run, part: str) -> None:
     base = json.loads((FIXTURE / "results.json").read_text())
     record = records / run.name
     (record / "predictions").mkdir(parents=True)
-    results = dict(base, dataset=run.dataset, method=run.method, seed=run.seed)
-    results["drift"] = dict(base["drift"], kind=run.kind, partial=run.partial, validation=run.validation)
+    s = run.scenario
+    results = dict(base, dataset=s.dataset, method=run.method, seed=run.seed)
+    results["drift"] = dict(base["drift"], kind=s.drift, partial=s.partial, validation=s.validation)
     results["config"] = dict(base["config"], method={"name": run.method, "k": run.k}
                              | ({"assignment": "bin"} if run.method == "topk_ae" else {}))
     groups = {k: v for k, v in base["metrics"]["test"].items() if k.startswith("group/")}
     scenario_shift = 0.01 * (A_SCENARIOS + B_SCENARIOS).index(
-        (run.dataset, run.kind, run.partial, run.validation)) if run.part != "k" else 0.0
+        (s.dataset, s.drift, s.partial, s.validation)) if run.part != "k" else 0.0
     for split in ("valid", "test"):
         rows = _vary(_rows(split), run.method, run.seed)
         with gzip.open(record / "predictions" / f"{split}.jsonl.gz", "wt") as handle:
@@ -106,10 +108,10 @@ def records(tmp_path_factory) -> Path:
         make_record(root, run, "k")
     for seed in reproduce.SEEDS:
         for scenario in A_SCENARIOS:
-            make_record(root, reproduce.Run(*scenario, "erm", seed), "A")
+            make_record(root, reproduce.Run(Scenario(*scenario), "erm", seed), "A")
         for scenario in B_SCENARIOS:
             for method in ("topk", "topk_group"):
-                run = reproduce.Run(*scenario, method, seed, CHOSEN[method], part="B")
+                run = reproduce.Run(Scenario(*scenario), method, seed, CHOSEN[method], part="B")
                 if not (root / run.name).exists():  # the k-search run it equals
                     make_record(root, run, "B")
     return root
@@ -161,7 +163,7 @@ def test_table10_is_ermss_mean_test_minus_valid(records, report):
     text = section((report / "report.md").read_text(), "Q1")
     for dataset, kind, partial, _ in A_SCENARIOS:
         amount = "partial" if partial else "full"
-        names = [reproduce.Run(dataset, kind, partial, v, "erm", s).name for v in ("iid", "ood") for s in (0, 1)]
+        names = [reproduce.Run(Scenario(dataset, kind, partial, v), "erm", s).name for v in ("iid", "ood") for s in (0, 1)]
         runs = [results(records, n) for n in names if (records / n).exists()]
         row = table_row(text, dataset, kind, amount)
         assert row[3] == str(len(runs))
@@ -185,7 +187,7 @@ def test_tables_11_12_recomputed_from_the_records(records, report, method):
     text = section((report / "report.md").read_text(), "Q4")
     per_scenario = {}
     for scenario in B_SCENARIOS:
-        names = {s: reproduce.Run(*scenario, method, s, CHOSEN[method]).name for s in reproduce.SEEDS}
+        names = {s: reproduce.Run(Scenario(*scenario), method, s, CHOSEN[method]).name for s in reproduce.SEEDS}
         names = {s: n for s, n in names.items() if (records / n).exists()}
         if names:
             per_scenario[scenario] = names
@@ -197,14 +199,14 @@ def test_tables_11_12_recomputed_from_the_records(records, report, method):
         mine, erm = [], []
         for scenario, names in per_scenario.items():
             mine.append(np.mean([100 * results(records, n)["metrics"]["test"][key] for n in names.values()]))
-            erm_names = [reproduce.Run(*scenario, "erm", s).name for s in reproduce.SEEDS]
+            erm_names = [reproduce.Run(Scenario(*scenario), "erm", s).name for s in reproduce.SEEDS]
             erm.append(np.mean([100 * results(records, n)["metrics"]["test"][key] for n in erm_names]))
         assert row[column] == f"{np.mean(mine):.2f}"
         assert row[column + 1] == f"{100 * (np.mean(mine) - np.mean(erm)) / np.mean(erm):+.2f}"
     for scenario, names in per_scenario.items():
-        tests = [_significant(records, n, reproduce.Run(*scenario, "erm", s).name) for s, n in names.items()]
+        tests = [_significant(records, n, reproduce.Run(Scenario(*scenario), "erm", s).name) for s, n in names.items()]
         change = (np.mean([results(records, n)["metrics"]["test"]["combined"] for n in names.values()])
-                  - np.mean([results(records, reproduce.Run(*scenario, "erm", s).name)["metrics"]["test"]["combined"]
+                  - np.mean([results(records, reproduce.Run(Scenario(*scenario), "erm", s).name)["metrics"]["test"]["combined"]
                              for s in reproduce.SEEDS]))
         up, down = any(b for b, _ in tests), any(w for _, w in tests)
         better += change > 0 and up and not down
@@ -231,7 +233,7 @@ def test_the_settings_count_the_runs_of_each_adamw_kernel(records, report):
 
 
 def test_erm_curve_leaves_out_the_evaluation_after_training(records):
-    run = reproduction.read_records(records).runs[reproduce.Run("snips", "slot_value", False, "ood", "erm", 1).name]
+    run = reproduction.read_records(records).runs[reproduce.Run(Scenario("snips", "slot_value", False, "ood"), "erm", 1).name]
     assert valid_curve(run) == pytest.approx([100 * (v + 0.01) for v in EPOCH_CURVE])
 
 
@@ -287,7 +289,7 @@ def test_no_records_is_a_one_line_error(tmp_path, capsys):
 def test_a_record_without_metrics_is_a_one_line_error(records, tmp_path, capsys):
     broken = tmp_path / "records"
     shutil.copytree(records, broken)
-    name = reproduce.Run("snips", "slot_value", False, "ood", "erm", 1).name
+    name = reproduce.Run(Scenario("snips", "slot_value", False, "ood"), "erm", 1).name
     data = results(broken, name)
     del data["metrics"]
     (broken / name / "results.json").write_text(json.dumps(data))
