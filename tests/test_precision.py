@@ -62,18 +62,24 @@ class DtypeProbe(pl.Callback):
         pl_module.objective.register_forward_hook(objective_hook)
 
 
-@pytest.mark.parametrize("crf", [False, True])
-def test_bf16_mixed_keeps_losses_and_objective_in_fp32(crf, tmp_path):
+def fit_one_epoch(tmp_path, overrides: list[str], probe: pl.Callback):
+    """One epoch (4 steps) on a 64-utterance SNIPS sample with ``probe`` among the callbacks."""
     sample = write_snips_sample_jsonl(tmp_path / "data", n_train=64, n_eval=16)
-    cfg = compose_config([*FAST, *jsonl_overrides(sample), "trainer.precision=bf16-mixed", "method=topk",
-                          "trainer.max_epochs=1", f"model.crf={str(crf).lower()}", "trainer.accelerator=cpu",
-                          f"paths.cache_dir={tmp_path / 'cache'}"], tmp_path / "run")
+    cfg = compose_config([*FAST, *jsonl_overrides(sample), "trainer.max_epochs=1", "trainer.accelerator=cpu",
+                          f"paths.cache_dir={tmp_path / 'cache'}", *overrides], tmp_path / "run")
     pl.seed_everything(0, verbose=False)
     parts = prepare(cfg)
-    probe = DtypeProbe()
     trainer = build_trainer(cfg)
     trainer.callbacks.append(probe)
     trainer.fit(parts.module, datamodule=parts.datamodule)
+    return trainer, parts
+
+
+@pytest.mark.parametrize("crf", [False, True])
+def test_bf16_mixed_keeps_losses_and_objective_in_fp32(crf, tmp_path):
+    probe = DtypeProbe()
+    trainer, parts = fit_one_epoch(tmp_path, ["trainer.precision=bf16-mixed", "method=topk",
+                                              f"model.crf={str(crf).lower()}"], probe)
     assert trainer.precision == BF16 and trainer.global_step == 4
     assert probe.seen["linear"] == {torch.bfloat16}  # autocast was on in the encoder
     for key in ("slot", "intent", "x_enc", "loss"):
@@ -100,16 +106,9 @@ class GradNormProbe(pl.Callback):
 def test_gradients_are_clipped_for_the_fused_adamw_in_every_precision(precision, tmp_path):
     """Lightning's mixed-precision plugin alone refuses to clip for an optimiser that unscales its own
     gradients (the fused AdamW); SLUModule.configure_gradient_clipping clips them in both precisions."""
-    sample = write_snips_sample_jsonl(tmp_path / "data", n_train=64, n_eval=16)
     clip = 0.01  # far below the tiny encoder's gradient norms: every step is clipped
-    cfg = compose_config([*FAST, *jsonl_overrides(sample), f"trainer.precision={precision}", "trainer.max_epochs=1",
-                          f"trainer.gradient_clip_val={clip}", "optimizer.fused=true", "trainer.accelerator=cpu",
-                          f"paths.cache_dir={tmp_path / 'cache'}"], tmp_path / "run")
-    pl.seed_everything(0, verbose=False)
-    parts = prepare(cfg)
     probe = GradNormProbe()
-    trainer = build_trainer(cfg)
-    trainer.callbacks.append(probe)
-    trainer.fit(parts.module, datamodule=parts.datamodule)
+    trainer, _ = fit_one_epoch(tmp_path, [f"trainer.precision={precision}", f"trainer.gradient_clip_val={clip}",
+                                          "optimizer.fused=true"], probe)
     assert trainer.global_step == 4 and probe.fused == {True}
     assert len(probe.norms) >= 3 and all(n == pytest.approx(clip, rel=1e-3) for n in probe.norms), probe.norms
