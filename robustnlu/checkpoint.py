@@ -16,16 +16,46 @@ import torch
 
 from robustnlu.errors import DataError
 
-#: the layout of the checkpoints this robustnlu writes and reads, stored in each under
-#: `FORMAT_KEY`; checkpoints written before the key existed have this same layout, format 1
-CHECKPOINT_FORMAT = 1
+#: the layout of the checkpoints this robustnlu writes, stored in each under `FORMAT_KEY`
+#: (checkpoints written before the key existed: format 1). Format 2 (2026-11-24): the group sources'
+#: classes moved from ``robustnlu.adversary`` to ``robustnlu.groups``, TopK-AE's autoencoder from
+#: ``method.adversary`` to ``method.groups``, and the ``optimizer`` node names its factory
+#: (``_target_``); `read_checkpoint` reads format 1 through `upgrade_format_1`.
+CHECKPOINT_FORMAT = 2
 FORMAT_KEY = "robustnlu_checkpoint_format"
+#: format 1's class paths of the group sources → format 2's
+MOVED_TARGETS = {
+    "robustnlu.adversary.autoencoder.OnlineAutoencoder": "robustnlu.groups.autoencoder.OnlineAutoencoder",
+    "robustnlu.adversary.lda_topics.LDATopics": "robustnlu.groups.lda_topics.LDATopics",
+    "robustnlu.adversary.groups.SeqDriftClusters": "robustnlu.groups.seqdrift_clusters.SeqDriftClusters",
+}
+#: the factory of each ``optimizer.name`` (conf/optimizer/), for format-1 nodes without ``_target_``
+OPTIMIZER_TARGETS = {"adamw": "robustnlu.optim.adamw.adamw", "conatural": "robustnlu.optim.conatural.conatural_sgd"}
 #: the `SLUModule` hyper-parameters every robustnlu checkpoint holds
 HYPER_PARAMETERS = ("model", "method", "optimizer", "vocab", "eval_intents", "encoder_spec", "encoder_config")
 
 
 def first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}".rstrip(": ")
+
+
+def _moved(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: MOVED_TARGETS.get(v, v) if k == "_target_" else _moved(v) for k, v in node.items()}
+    return [_moved(v) for v in node] if isinstance(node, list) else node
+
+
+def upgrade_format_1(hyper_parameters: dict[str, Any]) -> dict[str, Any]:
+    """Format 1's hyper-parameters in format 2's layout (see `CHECKPOINT_FORMAT`). It reads what the
+    nodes hold, not the format number alone: checkpoints written between the move and the format
+    bump say format 1 and are already laid out as format 2, and pass unchanged."""
+    method = _moved(hyper_parameters["method"])
+    if method.get("_target_") == "robustnlu.robust.topk_ae.TopKAE" and "adversary" in method:
+        method["groups"] = method.pop("adversary")
+    optimizer = dict(hyper_parameters["optimizer"])
+    if "_target_" not in optimizer and optimizer.get("name") in OPTIMIZER_TARGETS:
+        optimizer = {"_target_": OPTIMIZER_TARGETS[optimizer["name"]], "_partial_": True, **optimizer}
+    return {**hyper_parameters, "method": method, "optimizer": optimizer}
 
 
 def read_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
@@ -46,11 +76,13 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
         raise DataError(path, None, "not a robustnlu checkpoint: a torch file without a training run's state_dict and "
                                     "hyper_parameters")
     found = ckpt.get(FORMAT_KEY, 1)
-    if found != CHECKPOINT_FORMAT:
-        raise DataError(path, None, f"a robustnlu checkpoint of format {found}; this robustnlu reads format "
+    if found not in (1, CHECKPOINT_FORMAT):
+        raise DataError(path, None, f"a robustnlu checkpoint of format {found}; this robustnlu reads formats 1 to "
                                     f"{CHECKPOINT_FORMAT} (use the robustnlu version that wrote it)")
     missing = [k for k in HYPER_PARAMETERS if k not in ckpt["hyper_parameters"]]
     if missing:
         raise DataError(path, None, f"not a robustnlu checkpoint: its hyper_parameters lack {', '.join(missing)} "
                                     "(another program's Lightning checkpoint?)")
+    if found == 1:
+        ckpt["hyper_parameters"] = upgrade_format_1(ckpt["hyper_parameters"])
     return ckpt

@@ -12,7 +12,7 @@ import pytorch_lightning as pl
 import torch
 
 from integration_helpers import FAST, REPO, compose_config, jsonl_overrides, run_cli, write_snips_sample_jsonl
-from robustnlu.checkpoint import FORMAT_KEY
+from robustnlu.checkpoint import CHECKPOINT_FORMAT, FORMAT_KEY
 from robustnlu.predict import main as predict_main
 from robustnlu.train import build_trainer, prepare
 
@@ -54,7 +54,7 @@ def write_foreign(kind: str, path, checkpoint):
                     "pytorch-lightning_version": pl.__version__}, path)
     elif kind == "other_format":
         ckpt = torch.load(checkpoint, weights_only=True)
-        torch.save({**ckpt, FORMAT_KEY: 2}, path)
+        torch.save({**ckpt, FORMAT_KEY: CHECKPOINT_FORMAT + 1}, path)
     return path
 
 
@@ -67,7 +67,7 @@ PROBLEMS = {
     "pickled_module": "not a readable robustnlu checkpoint",
     "tensor_dict": "not a robustnlu checkpoint: a torch file without a training run's state_dict and hyper_parameters",
     "other_lightning": "not a robustnlu checkpoint: its hyper_parameters lack model, method, optimizer, vocab",
-    "other_format": "a robustnlu checkpoint of format 2; this robustnlu reads format 1",
+    "other_format": f"a robustnlu checkpoint of format {CHECKPOINT_FORMAT + 1}; this robustnlu reads formats 1 to {CHECKPOINT_FORMAT}",
 }
 
 
