@@ -32,7 +32,8 @@ FIXTURE = Path(__file__).parent / "reproduction_record"
 # rows (of 50) each method gets right: ERM 20%, TopK 60% (better), TopK-Group 20% on other rows, TopK-AE none
 CORRECT = {"erm": (0, 2), "topk": (0, 6), "topk_group": (5, 2), "topk_ae": (0, 0)}
 # the k search: valid COMBINED per (method, k); the chosen k is the best
-K_VALID = {("topk", 2): 0.50, ("topk", 4): 0.60, ("topk", 8): 0.55, ("topk_group", 2): 0.70,
+K_VALID = {("topk", 2): 0.50, ("topk", 4): 0.60, ("topk", 8): 0.55, ("topk", 16): 0.52, ("topk_group", 2): 0.70,
+           ("topk_group", 16): 0.69, ("topk_ae", 16): 0.33,
            ("topk_group", 4): 0.70, ("topk_group", 8): 0.40, ("topk_ae", 2): 0.30, ("topk_ae", 4): 0.31,
            ("topk_ae", 8): 0.35}
 CHOSEN = {"topk": 4, "topk_group": 2, "topk_ae": 8}
@@ -154,7 +155,7 @@ def test_status_lines_count_the_recorded_runs(report):
     # Part A: 2 seeds x 4 scenarios of 32; k search complete; Part B: topk and topk_group in 2 scenarios x 2
     # seeds (the seed-0 slot_context ones are k-search runs) of 24 (topk_ae's 8 minus its k-search run: 1)
     assert "- Part A (ERM, 8 scenarios of SNIPS and ATIS, 2 seeds): 8 of 32 runs recorded" in text
-    assert "- k search: 9 of 9 runs recorded" in text
+    assert "- k search: 12 of 12 runs recorded" in text
     assert "2 seeds): 9 of 24 runs recorded" in text
     assert reproduction.PLACEHOLDER in section(text, "Reading")
 
@@ -221,7 +222,7 @@ def test_k_search_table_and_chosen_k(report):
     for method, k in CHOSEN.items():
         row = table_row(text, method)
         assert row[-1] == str(k)
-        assert row[1:4] == [f"{100 * K_VALID[(method, kk)]:.2f}" for kk in reproduce.K_GRID]
+        assert row[1:1 + len(reproduce.K_GRID)] == [f"{100 * K_VALID[(method, kk)]:.2f}" for kk in reproduce.K_GRID]
 
 
 def test_the_settings_count_the_runs_of_each_adamw_kernel(records, report):
@@ -307,18 +308,18 @@ def test_copied_real_record_reads_as_is(tmp_path):
 
 
 def test_the_plan_releases_part_b_with_the_chosen_k(records, tmp_path, capsys):
-    """`parts` (shared by the plan and the report): 32 + 9 + 24 runs, 62 distinct (the k-search runs
+    """`parts` (shared by the plan and the report): 32 + 12 + 24 runs, 65 distinct (the k-search runs
     with the chosen k are Part B's seed-0 runs on the k-search scenario); without records, Part B waits."""
     part_a, k_runs, part_b = reproduce.parts(records)
-    assert (len(part_a), len(k_runs), len(part_b)) == (32, 9, 24)
+    assert (len(part_a), len(k_runs), len(part_b)) == (32, 12, 24)
     assert {r.k for r in part_b} == set(CHOSEN.values())
     names = [r.name for r in reproduce.plan(records)]
-    assert len(names) == len(set(names)) == 62
+    assert len(names) == len(set(names)) == 65
     assert set(names) == {r.name for r in part_a + k_runs + part_b}
     assert [r.part for r in reproduce.plan(tmp_path)].count("B") == 0
     assert reproduce.main(["--list", "--records", str(records)]) == 0
     listed = capsys.readouterr().out.splitlines()
-    assert sum(line.startswith("recorded") for line in listed) == 8 + 9 + 9 - 3
+    assert sum(line.startswith("recorded") for line in listed) == 8 + 12 + 9 - 3
 
 
 def test_the_reading_is_kept_when_the_report_is_rebuilt(records, tmp_path):
