@@ -12,7 +12,9 @@ The plan (`plan`), one training budget for every method (`BUDGET`):
   ended up ... between 2-8"; searched in 1-16, Table 9) on one scenario (`K_SEARCH_SCENARIO`),
   seed 0, chosen by valid COMBINED, never test;
 - Part B, DRO vs ERM (core paper Q4, Tables 11-12, Figure 2): the three TopK methods with their
-  chosen k on SNIPS' 4 full-drift scenarios, seeds 0 and 1 (ERM's runs are Part A's).
+  chosen k on SNIPS' 4 full-drift scenarios, seeds 0 and 1 (ERM's runs are Part A's);
+- Part C, as compute allows (planned last): Group-DRO (the paper's weakest method, Figure 2) on
+  the same scenarios and seeds, with its default settings (conf/method/group_dro.yaml).
 
 The splits are the canonical ones shipped in ``data/seqdrift/`` (drift seed 0), the same on every
 machine. Each run trains in a subprocess (``python -m robustnlu ...``, printed) in
@@ -59,6 +61,7 @@ KINDS = ("slot_value", "slot_context")
 # on 2026-11-24 before any Part B run, when TopK and TopK-Group had both chosen the grid's edge (8) here
 K_GRID = (2, 4, 8, 16)
 K_METHODS = ("topk", "topk_group", "topk_ae")
+C_METHODS = ("group_dro",)
 K_SEARCH_SCENARIO = Scenario("snips", "slot_context", False, "iid")
 
 
@@ -109,25 +112,29 @@ def chosen_k(records: Path, method: str) -> int | None:
     return min(scores, key=lambda k: (-scores[k], k))
 
 
-def parts(records: Path) -> tuple[list[Run], list[Run], list[Run]]:
-    """Part A, the k search and Part B (a TopK method's runs with k None while its k is not chosen)."""
+def parts(records: Path) -> tuple[list[Run], list[Run], list[Run], list[Run]]:
+    """Part A, the k search, Part B (a TopK method's runs with k None while its k is not chosen)
+    and Part C."""
     part_a = [Run(s, "erm", seed) for seed in SEEDS for d in ("snips", "atis") for s in scenarios(d)]
     part_b = []
     for seed in SEEDS:
         for method in K_METHODS:
             k = chosen_k(records, method)
             part_b += [Run(s, method, seed, k, part="B") for s in scenarios("snips", full_only=True)]
-    return part_a, k_search_runs(), part_b
+    part_c = [Run(s, method, seed, part="C") for seed in SEEDS for method in C_METHODS
+              for s in scenarios("snips", full_only=True)]
+    return part_a, k_search_runs(), part_b, part_c
 
 
 def plan(records: Path) -> list[Run]:
     """Every run of the study in the order they are run (the first comparisons first)."""
-    part_a, k_runs, part_b = parts(records)
+    part_a, k_runs, part_b, part_c = parts(records)
     snips_full = [r for r in part_a if r.scenario.dataset == "snips" and not r.scenario.partial]
     first = [r for r in snips_full if r.seed == 0]
     ordered = first + k_runs + [r for r in part_b if r.seed == 0]
     ordered += [r for r in part_a + part_b if r not in ordered and r.scenario.dataset == "snips"]
     ordered += [r for r in part_a if r not in ordered]
+    ordered += part_c
     # a Part B run whose k is not chosen yet waits; the k-search run it equals is not trained twice
     ready, seen = [], set()
     for run in ordered:
@@ -218,12 +225,12 @@ def train(run: Run, repo: Path, records: Path, runs: Path, extra: list[str], do_
 
 def report_design(records: Path) -> Design:
     """What the report (`robustnlu.analysis.reproduction`) needs to know of the plan."""
-    part_a, k_runs, part_b = parts(records)
+    part_a, k_runs, part_b, part_c = parts(records)
     k_search: dict[str, dict[int, str]] = {}
     for run in k_runs:
         k_search.setdefault(run.method, {})[run.k] = run.name
     return Design(parts={"A": [r.name for r in part_a], "k": [r.name for r in k_runs],
-                         "B": [r.name for r in part_b]},
+                         "B": [r.name for r in part_b], "C": [r.name for r in part_c]},
                   k_search=k_search, chosen_k={m: chosen_k(records, m) for m in K_METHODS}, budget=BUDGET,
                   k_scenario=K_SEARCH_SCENARIO.name)
 

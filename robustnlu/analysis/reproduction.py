@@ -90,7 +90,8 @@ def comparison(runs: Sequence[Run]) -> tuple[list[MethodStats], list[Comparison]
 
 def status_lines(records: Records, design: Design) -> list[str]:
     titles = {"A": "Part A (ERM, 8 scenarios of SNIPS and ATIS, 2 seeds)", "k": "k search",
-              "B": "Part B (TopK methods on SNIPS' full-drift scenarios, 2 seeds)"}
+              "B": "Part B (TopK methods on SNIPS' full-drift scenarios, 2 seeds)",
+              "C": "Part C (Group-DRO on SNIPS' full-drift scenarios, 2 seeds; as compute allows)"}
     lines = []
     for part, names in design.parts.items():
         done = sum(n in records.runs for n in set(names))
@@ -105,7 +106,7 @@ def status_lines(records: Records, design: Design) -> list[str]:
 def render(records: Records, design: Design, reading: str | None = None) -> tuple[str, dict[str, Any]]:
     """(report.md, figure name → Figure) of the records; ``reading``: the section "Reading"."""
     part_a = records.select(design.parts.get("A", []))
-    snips_names = [n for n in design.parts.get("A", []) + design.parts.get("B", []) if n.startswith("snips-")]
+    snips_names = [n for part in ("A", "B", "C") for n in design.parts.get(part, []) if n.startswith("snips-")]
     snips = records.select(snips_names)
     t10 = table10(part_a)
     stats, comparisons, counts = comparison(snips) if snips else ([], [], [])

@@ -30,7 +30,7 @@ from robustnlu.scenario import Scenario  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "reproduction_record"
 # rows (of 50) each method gets right: ERM 20%, TopK 60% (better), TopK-Group 20% on other rows, TopK-AE none
-CORRECT = {"erm": (0, 2), "topk": (0, 6), "topk_group": (5, 2), "topk_ae": (0, 0)}
+CORRECT = {"erm": (0, 2), "topk": (0, 6), "topk_group": (5, 2), "topk_ae": (0, 0), "group_dro": (3, 1)}
 # the k search: valid COMBINED per (method, k); the chosen k is the best
 K_VALID = {("topk", 2): 0.50, ("topk", 4): 0.60, ("topk", 8): 0.55, ("topk", 16): 0.52, ("topk_group", 2): 0.70,
            ("topk_group", 16): 0.69, ("topk_ae", 16): 0.33,
@@ -115,6 +115,7 @@ def records(tmp_path_factory) -> Path:
                 run = reproduce.Run(Scenario(*scenario), method, seed, CHOSEN[method], part="B")
                 if not (root / run.name).exists():  # the k-search run it equals
                     make_record(root, run, "B")
+            make_record(root, reproduce.Run(Scenario(*scenario), "group_dro", seed, part="C"), "C")
     return root
 
 
@@ -157,6 +158,7 @@ def test_status_lines_count_the_recorded_runs(report):
     assert "- Part A (ERM, 8 scenarios of SNIPS and ATIS, 2 seeds): 8 of 32 runs recorded" in text
     assert "- k search: 12 of 12 runs recorded" in text
     assert "2 seeds): 9 of 24 runs recorded" in text
+    assert "- Part C (Group-DRO on SNIPS' full-drift scenarios, 2 seeds; as compute allows): 4 of 8 runs recorded" in text
     assert reproduction.PLACEHOLDER in section(text, "Reading")
 
 
@@ -183,17 +185,18 @@ def _significant(records: Path, name: str, erm_name: str) -> tuple[bool, bool]:
     return result.p_value < 0.05 and result.difference > 0, result.p_value < 0.05 and result.difference < 0
 
 
-@pytest.mark.parametrize("method", ["topk", "topk_group", "topk_ae"])
+@pytest.mark.parametrize("method", ["topk", "topk_group", "topk_ae", "group_dro"])
 def test_tables_11_12_recomputed_from_the_records(records, report, method):
     text = section((report / "report.md").read_text(), "Q4")
     per_scenario = {}
     for scenario in B_SCENARIOS:
-        names = {s: reproduce.Run(Scenario(*scenario), method, s, CHOSEN[method]).name for s in reproduce.SEEDS}
+        names = {s: reproduce.Run(Scenario(*scenario), method, s, CHOSEN.get(method)).name for s in reproduce.SEEDS}
         names = {s: n for s, n in names.items() if (records / n).exists()}
         if names:
             per_scenario[scenario] = names
-    paper_name = {"topk": "TOPK", "topk_group": "TOPK-GROUP", "topk_ae": "TOPK-AE-BIN"}[method]
-    row = table_row(text, f"{method} (k={CHOSEN[method]}) = {paper_name}")
+    paper_name = {"topk": "TOPK", "topk_group": "TOPK-GROUP", "topk_ae": "TOPK-AE-BIN", "group_dro": "GROUP-DRO"}[method]
+    label = f"{method} (k={CHOSEN[method]})" if method in CHOSEN else method  # Group-DRO (Part C): no k
+    row = table_row(text, f"{label} = {paper_name}")
     assert row[1] == str(len(per_scenario))
     better = worse = 0
     for column, key in ((3, "combined"), (5, "semer"), (7, "ma_intent_combined")):
@@ -213,7 +216,7 @@ def test_tables_11_12_recomputed_from_the_records(records, report, method):
         better += change > 0 and up and not down
         worse += change < 0 and down and not up
     assert row[9] == f"{better} / {worse} of {len(per_scenario)}"
-    expected = {"topk": (2, 0), "topk_group": (0, 0), "topk_ae": (0, 1)}[method]  # by construction (CORRECT)
+    expected = {"topk": (2, 0), "topk_group": (0, 0), "topk_ae": (0, 1), "group_dro": (0, 0)}[method]  # (CORRECT)
     assert (better, worse) == expected
 
 
@@ -308,18 +311,19 @@ def test_copied_real_record_reads_as_is(tmp_path):
 
 
 def test_the_plan_releases_part_b_with_the_chosen_k(records, tmp_path, capsys):
-    """`parts` (shared by the plan and the report): 32 + 12 + 24 runs, 65 distinct (the k-search runs
+    """`parts` (shared by the plan and the report): 32 + 12 + 24 + 8 runs, 73 distinct (the k-search runs
     with the chosen k are Part B's seed-0 runs on the k-search scenario); without records, Part B waits."""
-    part_a, k_runs, part_b = reproduce.parts(records)
-    assert (len(part_a), len(k_runs), len(part_b)) == (32, 12, 24)
+    part_a, k_runs, part_b, part_c = reproduce.parts(records)
+    assert (len(part_a), len(k_runs), len(part_b), len(part_c)) == (32, 12, 24, 8)
     assert {r.k for r in part_b} == set(CHOSEN.values())
     names = [r.name for r in reproduce.plan(records)]
-    assert len(names) == len(set(names)) == 65
-    assert set(names) == {r.name for r in part_a + k_runs + part_b}
+    assert len(names) == len(set(names)) == 73
+    assert set(names) == {r.name for r in part_a + k_runs + part_b + part_c}
+    assert {r.part for r in reproduce.plan(records)[-len(part_c):]} == {"C"}  # as compute allows: last
     assert [r.part for r in reproduce.plan(tmp_path)].count("B") == 0
     assert reproduce.main(["--list", "--records", str(records)]) == 0
     listed = capsys.readouterr().out.splitlines()
-    assert sum(line.startswith("recorded") for line in listed) == 8 + 12 + 9 - 3
+    assert sum(line.startswith("recorded") for line in listed) == 8 + 12 + 9 - 3 + 4
 
 
 def test_the_reading_is_kept_when_the_report_is_rebuilt(records, tmp_path):
