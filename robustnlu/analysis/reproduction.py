@@ -47,6 +47,7 @@ from robustnlu.analysis.reproduction_tables import (
     drift_table,
     hardware_markdown,
     k_search_table,
+    last_epoch_gains_markdown,
     method_summary,
     settings_markdown,
     summary_markdown,
@@ -164,6 +165,10 @@ def render(records: Records, design: Design, reading: str | None = None) -> tupl
         "budget plateaued:", "",
         valid_curves_markdown(erm_snips) if erm_snips else "No SNIPS ERM run recorded yet.\n",
         "![ERM valid COMBINED per epoch](erm_valid_curves.png)", "",
+        "Every method of the SNIPS comparison at the same budget: valid COMBINED gained in the last epoch "
+        "(from each run's `metrics.csv`; a method still gaining points was stopped by the budget, not by a "
+        "plateau):", "",
+        last_epoch_gains_markdown(snips) if snips else "No SNIPS run recorded yet.\n",
         "## The splits", "",
         "Sizes and % of utterances from drifted clusters per split (`results.json` drift.split_stats), the "
         "canonical clusterings shipped in `data/seqdrift/`. The paper (section 5): "

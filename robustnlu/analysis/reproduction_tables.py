@@ -162,6 +162,20 @@ def valid_curves_markdown(runs: Sequence[Run]) -> str:
     return markdown(["run", *[f"epoch {e + 1}" for e in range(width)], "last − previous (points)"], rows)
 
 
+def last_epoch_gains_markdown(runs: Sequence[Run]) -> str:
+    """Per method (in the report's method order): how much valid COMBINED rose in each run's last
+    epoch, in points — whether the one budget left a method still learning."""
+    gains: dict[str, list[float]] = defaultdict(list)
+    for run in runs:
+        curve = valid_curve(run)
+        if len(curve) > 1:
+            gains[run.method].append(curve[-1] - curve[-2])
+    rows = [[method, len(gains[method]), fmt(float(np.mean(gains[method])), sign=True),
+             fmt(min(gains[method]), sign=True), fmt(max(gains[method]), sign=True)]
+            for method in sorted(gains, key=method_order)]
+    return markdown(["method", "runs", "mean gain (points)", "least", "most"], rows)
+
+
 # --------------------------------------------------------------------------- splits, clusters
 
 
