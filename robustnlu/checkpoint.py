@@ -49,10 +49,11 @@ def upgrade_format_1(hyper_parameters: dict[str, Any]) -> dict[str, Any]:
     """Format 1's hyper-parameters in format 2's layout (see `CHECKPOINT_FORMAT`). It reads what the
     nodes hold, not the format number alone: checkpoints written between the move and the format
     bump say format 1 and are already laid out as format 2, and pass unchanged."""
-    method = _moved(hyper_parameters["method"])
+    method, optimizer = _moved(hyper_parameters["method"]), hyper_parameters["optimizer"]
+    if not isinstance(method, dict) or not isinstance(optimizer, dict):  # not a model's: left to the reader
+        return hyper_parameters
     if method.get("_target_") == "robustnlu.robust.topk_ae.TopKAE" and "adversary" in method:
         method["groups"] = method.pop("adversary")
-    optimizer = dict(hyper_parameters["optimizer"])
     if "_target_" not in optimizer and optimizer.get("name") in OPTIMIZER_TARGETS:
         optimizer = {"_target_": OPTIMIZER_TARGETS[optimizer["name"]], "_partial_": True, **optimizer}
     return {**hyper_parameters, "method": method, "optimizer": optimizer}
