@@ -145,10 +145,10 @@ def measure_speed(args: argparse.Namespace, results: dict[str, Any]) -> None:
         bf16 = resolve_precision("auto", device.type) == BF16
         fused = use_fused(workload.initial.model, "auto")
         results["settings"].update(auto_precision=resolve_precision("auto", device.type), fused_adamw=fused)
-        adamw = "fused" if fused else "loop"
-        order = [("plain", "dynamic", FP32, adamw), ("lightning", "dynamic", FP32, adamw),
-                 ("plain", "fixed", FP32, adamw)]
-        order += [("lightning", "dynamic", BF16, adamw)] if bf16 else []
+        default_adamw = "fused" if fused else "loop"
+        order = [("plain", "dynamic", FP32, default_adamw), ("lightning", "dynamic", FP32, default_adamw),
+                 ("plain", "fixed", FP32, default_adamw)]
+        order += [("lightning", "dynamic", BF16, default_adamw)] if bf16 else []
         order += [("lightning", "dynamic", FP32, "loop")] if fused else []
         runs = results["runs"] = []
         waited = 0.0
@@ -177,8 +177,6 @@ def measure_speed(args: argparse.Namespace, results: dict[str, Any]) -> None:
         raise RuntimeError(f"the loops did not train alike (optimizer groups / schedule / clipping): {setups}")
     used = [r for r in runs if r["used"]]
 
-    default_adamw = "fused" if results["settings"]["fused_adamw"] else "loop"
-
     def median(loop: str, padding: str, precision: str = FP32, adamw: str = default_adamw) -> float:
         return statistics.median(r["examples_per_s"] for r in used
                                  if (r["loop"], r["padding"], r["precision"], r["adamw"]) == (loop, padding, precision, adamw))
@@ -188,7 +186,7 @@ def measure_speed(args: argparse.Namespace, results: dict[str, Any]) -> None:
     if bf16:
         medians["lightning_dynamic_bf16"] = median("lightning", "dynamic", BF16)
         results["ratios"]["bf16_speedup_step"] = medians["lightning_dynamic_bf16"] / medians["lightning_dynamic"]
-    if results["settings"]["fused_adamw"]:
+    if fused:
         medians["lightning_dynamic_loop_adamw"] = median("lightning", "dynamic", FP32, "loop")
         results["ratios"]["fused_adamw_speedup"] = medians["lightning_dynamic"] / medians["lightning_dynamic_loop_adamw"]
     results["examples_per_s_median"] = medians
