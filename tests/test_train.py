@@ -186,3 +186,22 @@ def test_status_file_says_failed_with_the_error(sample, tmp_path, monkeypatch):
     status = json.loads((tmp_path / "status.json").read_text())
     assert status["state"] == "failed" and status["error"] == "RuntimeError: CUDA out of memory (simulated)"
     assert not (tmp_path / "results.json").exists()
+
+
+@pytest.mark.gpu
+def test_a_checkpoint_trained_on_cuda_predicts_the_same_on_the_cpu(sample, tmp_path):
+    """Train on a GPU, predict on a laptop: the best checkpoint loads on the CPU (`read_checkpoint` maps
+    it there) and predicts the test utterances as the run's own predictions/test.jsonl (`make test-gpu`)."""
+    from robustnlu.data.readers.jsonl import read_jsonl_file
+    from robustnlu.predict import Predictor
+
+    results = run(compose_config([*FAST, *jsonl_overrides(sample), "trainer.accelerator=gpu"], tmp_path))
+    best = tmp_path / results["best_checkpoint"]
+    assert {t.device.type for t in torch.load(best, weights_only=True)["state_dict"].values()} == {"cuda"}
+    on_cpu = Predictor.from_checkpoint(best, "cpu")
+    assert on_cpu.module.device.type == "cpu"
+    utterances = [row.utterance for row in read_jsonl_file(Path(sample["test"]), "snips", "test")]
+    by_uid = {row["uid"]: row for row in read_jsonl(tmp_path / "predictions" / "test.jsonl")}
+    predicted = on_cpu.predict_utterances(utterances)
+    assert [(intent, tags) for intent, tags in predicted] == [
+        (by_uid[u.uid]["pred_intent"], by_uid[u.uid]["pred_tags"]) for u in utterances]
