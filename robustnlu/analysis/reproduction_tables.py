@@ -15,7 +15,7 @@ import numpy as np
 from robustnlu.analysis import paper_results as paper
 from robustnlu.analysis.records import Design, Records
 from robustnlu.analysis.runs import BASELINE, MIN_CLUSTER_SIZE, Run, method_order, worst_cluster
-from robustnlu.analysis.statistics import MethodStats
+from robustnlu.analysis.statistics import Comparison, MethodStats
 from robustnlu.metrics.registry import METRICS, REPRODUCTION_SUMMARY, relative_change
 from robustnlu.tables import fmt, markdown
 
@@ -70,9 +70,12 @@ def method_label(stats: MethodStats) -> str:
     return f"{stats.method}" + (f" (k={k})" if k is not None else "") + (f" = {theirs}" if theirs else "")
 
 
-def method_summary(stats: Sequence[MethodStats], counts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Tables 11-12 (module docstring): one row per method, ERM first."""
+def method_summary(stats: Sequence[MethodStats], comparisons: Sequence[Comparison],
+                   counts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tables 11-12 (module docstring): one row per method, ERM first. A method's change is to
+    ERM's mean over the same scenarios and, in each, the same seeds (`Comparison.baseline`)."""
     erm = {s.scenario: s for s in stats if s.method == BASELINE}
+    baselines = {(c.scenario, c.method): c.baseline for c in comparisons}
     compared = sorted({s.scenario for s in stats if s.method != BASELINE and s.scenario in erm})
     all_counts = {r["method"]: r for r in counts if r["group"] == "all"}
     rows = []
@@ -85,7 +88,7 @@ def method_summary(stats: Sequence[MethodStats], counts: Sequence[dict[str, Any]
                                "runs": sum(s.n for s in mine)}
         for key in REPRODUCTION_SUMMARY:
             row[key] = _mean([s.stats[key][0] for s in mine])
-            base = _mean([erm[s.scenario].stats[key][0] for s in mine])
+            base = _mean([baselines[s.scenario, method][key] for s in mine])
             row[f"{key}_pct"] = relative_change(row[key], base) if method != BASELINE else math.nan
         c = all_counts.get(method)
         row["better"], row["worse"], row["tested"] = (c["better"], c["worse"], c["scenarios"]) if c else (None, None, 0)
