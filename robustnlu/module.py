@@ -257,9 +257,9 @@ class SLUModule(pl.LightningModule):
         scaler = getattr(plugin, "scaler", None)
         if scaler is not None and getattr(optimizer, "_step_supports_amp_scaling", False):
             scaler.unscale_(optimizer)
-        clip_val = self.trainer.gradient_clip_val if gradient_clip_val is None else gradient_clip_val
-        algorithm = gradient_clip_algorithm or self.trainer.gradient_clip_algorithm or GradClipAlgorithmType.NORM
-        Precision.clip_gradients(plugin, optimizer, clip_val or 0.0, GradClipAlgorithmType(algorithm))
+        # Lightning passes the trainer's gradient_clip_val / _algorithm (None: not set, no clipping)
+        algorithm = GradClipAlgorithmType(gradient_clip_algorithm or GradClipAlgorithmType.NORM)
+        Precision.clip_gradients(plugin, optimizer, gradient_clip_val or 0.0, algorithm)
 
     # --- evaluation -----------------------------------------------------------------------
     def _eval_step(self, batch: dict[str, torch.Tensor], split: str) -> None:
