@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -42,6 +41,7 @@ from pathlib import Path
 from robustnlu.analysis.reproduction import Design, write
 from robustnlu.cli import REPO_ROOT, compose_run_config
 from robustnlu.errors import ConfigError, entry_point
+from robustnlu.hardware import cpu_model
 from robustnlu.io import atomic_write_json, atomic_write_with
 from robustnlu.rundir import RunDir
 from robustnlu.scenario import Scenario
@@ -144,16 +144,6 @@ def plan(records: Path) -> list[Run]:
             seen.add(run.name)
             ready.append(run)
     return ready
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def gzip_copy(src: Path, dst: Path) -> None:

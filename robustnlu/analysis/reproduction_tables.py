@@ -262,6 +262,14 @@ def settings_markdown(records: Records) -> str:
     return markdown(["setting", "value (runs)"], rows)
 
 
+def _machine(records: Records, name: str) -> str:
+    """The CPU (``meta.json``) a run trained on, or its GPU (results.json's ``device``)."""
+    device = records.runs[name].results.get("device") or {}
+    if device.get("accelerator", "cpu") != "cpu":
+        return f"{device.get('name', device['accelerator'])} x {device.get('processes', 1)}"
+    return f"{records.meta[name].get('cpu', '?')}, {records.meta[name].get('cores', '?')} cores"
+
+
 def hardware_markdown(records: Records) -> str:
     """Per part (as ``meta.json`` records it): runs, wall time, hardware."""
     part_of = {name: str(records.meta[name].get("part", "?")) for name in records.runs}
@@ -269,8 +277,7 @@ def hardware_markdown(records: Records) -> str:
     for part in sorted(set(part_of.values())):
         names = [n for n in records.runs if part_of[n] == part]
         walls = [float(records.meta[n]["wall_time_s"]) for n in names if "wall_time_s" in records.meta[n]]
-        machines = Counter(f"{records.meta[n].get('cpu', '?')}, {records.meta[n].get('cores', '?')} cores"
-                           for n in names)
+        machines = Counter(_machine(records, n) for n in names)
         rows.append([part, len(names), fmt(sum(walls) / 3600, 1) if walls else "",
                      fmt(float(np.median(walls)) / 60, 1) if walls else "",
                      "; ".join(f"{m} ({n})" for m, n in sorted(machines.items()))])

@@ -69,6 +69,9 @@ def _metrics(rows: list[dict], shift: float) -> dict[str, float]:
     return out
 
 
+GPU = {"accelerator": "cuda", "name": "NVIDIA H100 80GB HBM3", "processes": 1}
+
+
 def make_record(records: Path, run: reproduce.Run, part: str) -> None:
     base = json.loads((FIXTURE / "results.json").read_text())
     record = records / run.name
@@ -94,6 +97,8 @@ def make_record(records: Path, run: reproduce.Run, part: str) -> None:
     results["epochs_trained"] = len(EPOCH_CURVE)
     if run.seed == 1:  # seed 0's records are like those written before results.json said the AdamW kernel
         results["optimizer_fused"] = True
+    if part == "C":  # trained on a GPU (results.json's device); the others like the fixture, before it said one
+        results["device"] = GPU
     (record / "results.json").write_text(json.dumps(results))
     lines = ["epoch,step,valid/combined,train/loss_epoch"]
     lines += [f"{e},{10 * e + 9},{v + 0.01 * run.seed + LAST_EPOCH_BUMP * run.seed * (e == len(EPOCH_CURVE) - 1)},"
@@ -350,3 +355,11 @@ def test_the_reading_is_kept_when_the_report_is_rebuilt(records, tmp_path):
     reproduction.write(records, design, tmp_path)
     reading = section((tmp_path / "report.md").read_text(), "Reading")
     assert reading.strip() == "TopK agrees with the paper on 2 of 2 scenarios."
+
+
+def test_the_hardware_table_names_the_gpu_of_a_run_that_trained_on_one(report):
+    text = section((report / "report.md").read_text(), "Hyper-parameters, hardware")
+    cpu = json.loads((FIXTURE / "meta.json").read_text())["cpu"]
+    part_a, part_c = table_row(text, "A"), table_row(text, "C")
+    assert part_a[-1] == f"{cpu}, 2 cores ({part_a[1]})"  # every run of the part, on the fixture's CPU
+    assert part_c[-1] == f"NVIDIA H100 80GB HBM3 x 1 ({part_c[1]})" and int(part_c[1]) > 0
