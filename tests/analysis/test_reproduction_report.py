@@ -341,6 +341,10 @@ def test_the_plan_releases_part_b_with_the_chosen_k(records, tmp_path, capsys):
     assert len(names) == len(set(names)) == 73
     assert set(names) == {r.name for r in part_a + k_runs + part_b + part_c}
     assert {r.part for r in reproduce.plan(records)[-len(part_c):]} == {"C"}  # as compute allows: last
+    # the DRO comparison's runs (SNIPS full drift, both seeds) before the rest of Part A
+    planned = reproduce.plan(records)
+    last_b = max(i for i, r in enumerate(planned) if r.part == "B")
+    assert all(r.scenario.dataset == "snips" and not r.scenario.partial for r in planned[:last_b + 1])
     assert [r.part for r in reproduce.plan(tmp_path)].count("B") == 0
     assert reproduce.main(["--list", "--records", str(records)]) == 0
     listed = capsys.readouterr().out.splitlines()
