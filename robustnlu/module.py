@@ -101,8 +101,10 @@ class SLUModule(pl.LightningModule):
         criterion = (selection or {}).get("criterion")
         self.selection = instantiate(criterion) if criterion else None
         self.selection_rows: list[torch.Tensor] = []
-        #: torch RNG states of a restored checkpoint, applied before its first training batch
+        #: torch RNG states and the objective's own optimiser states of a restored checkpoint,
+        #: applied before its first training batch (`on_train_start`)
         self.restored_rng: dict[str, Any] | None = None
+        self.restored_objective_optimizers: dict[str, dict] = {}
         #: sums of the epoch's per-example slot and intent losses and their count (logged as means
         #: at the epoch's end; in checkpoints, so an epoch resumed in its middle logs the same means)
         self.task_loss_sums = torch.zeros(3)
@@ -177,14 +179,18 @@ class SLUModule(pl.LightningModule):
         self.restored_rng = checkpoint.get("rng")
         self.task_loss_sums = checkpoint.get("task_loss_sums", torch.zeros(3)).to(self.device)
         self.nonfinite_skips = int(checkpoint.get("nonfinite_skips", 0))
-        self.objective.load_optimizer_states(checkpoint.get("objective_optimizers", {}))
+        self.restored_objective_optimizers = checkpoint.get("objective_optimizers", {})
         if self.selection is not None and "selection" in checkpoint:
             self.selection.load_state_dict(checkpoint["selection"])
 
     # --- training -------------------------------------------------------------------------
     def on_train_start(self) -> None:
-        """Resume a restored run's random streams (saved by `on_save_checkpoint`) right before
-        its first training batch."""
+        """Resume a restored run's random streams and the objective's own optimisers (saved by
+        `on_save_checkpoint`) right before its first training batch. Not in `on_load_checkpoint`:
+        Lightning restores the module before it moves it to its device, and an optimiser's loaded
+        state takes the device its parameters have then (the CPU, where training is on a GPU)."""
+        states, self.restored_objective_optimizers = self.restored_objective_optimizers, {}
+        self.objective.load_optimizer_states(states)
         rng, self.restored_rng = self.restored_rng, None
         if rng:
             torch.set_rng_state(rng["cpu"])
@@ -251,9 +257,9 @@ class SLUModule(pl.LightningModule):
         scaler = getattr(plugin, "scaler", None)
         if scaler is not None and getattr(optimizer, "_step_supports_amp_scaling", False):
             scaler.unscale_(optimizer)
-        clip_val = self.trainer.gradient_clip_val if gradient_clip_val is None else gradient_clip_val
-        algorithm = gradient_clip_algorithm or self.trainer.gradient_clip_algorithm or GradClipAlgorithmType.NORM
-        Precision.clip_gradients(plugin, optimizer, clip_val or 0.0, GradClipAlgorithmType(algorithm))
+        # Lightning passes the trainer's gradient_clip_val / _algorithm (None: not set, no clipping)
+        algorithm = GradClipAlgorithmType(gradient_clip_algorithm or GradClipAlgorithmType.NORM)
+        Precision.clip_gradients(plugin, optimizer, gradient_clip_val or 0.0, algorithm)
 
     # --- evaluation -----------------------------------------------------------------------
     def _eval_step(self, batch: dict[str, torch.Tensor], split: str) -> None:

@@ -16,6 +16,9 @@ The plan (`plan`), one training budget for every method (`BUDGET`):
 - Part C, as compute allows (planned last): Group-DRO (the paper's weakest method, Figure 2) on
   the same scenarios and seeds, with its default settings (conf/method/group_dro.yaml).
 
+The order (`plan`): SNIPS' full-drift ERM runs of seed 0, the k search, Part B's seed 0, then the
+rest of the DRO comparison (its seed 1, ERM's included), then the rest of Part A, then Part C.
+
 The splits are the canonical ones shipped in ``data/seqdrift/`` (drift seed 0), the same on every
 machine. Each run trains in a subprocess (``python -m robustnlu ...``, printed) in
 ``outputs/reproduction/runs/<name>/`` with ``resume=true``, so an interrupted run continues from
@@ -31,7 +34,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -42,6 +44,7 @@ from pathlib import Path
 from robustnlu.analysis.reproduction import Design, write
 from robustnlu.cli import REPO_ROOT, compose_run_config
 from robustnlu.errors import ConfigError, entry_point
+from robustnlu.hardware import cpu_model
 from robustnlu.io import atomic_write_json, atomic_write_with
 from robustnlu.rundir import RunDir
 from robustnlu.scenario import Scenario
@@ -132,6 +135,8 @@ def plan(records: Path) -> list[Run]:
     snips_full = [r for r in part_a if r.scenario.dataset == "snips" and not r.scenario.partial]
     first = [r for r in snips_full if r.seed == 0]
     ordered = first + k_runs + [r for r in part_b if r.seed == 0]
+    # the second seed of the DRO comparison (Part B and its ERM runs) before the rest of Part A
+    ordered += [r for r in part_a + part_b if r not in ordered and r.scenario.dataset == "snips" and not r.scenario.partial]
     ordered += [r for r in part_a + part_b if r not in ordered and r.scenario.dataset == "snips"]
     ordered += [r for r in part_a if r not in ordered]
     ordered += part_c
@@ -144,16 +149,6 @@ def plan(records: Path) -> list[Run]:
             seen.add(run.name)
             ready.append(run)
     return ready
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def gzip_copy(src: Path, dst: Path) -> None:

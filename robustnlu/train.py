@@ -42,6 +42,7 @@ from robustnlu.data.readers import load_corpus
 from robustnlu.distributed import check_launch
 from robustnlu.evaluate import evaluate_suites, write_robustness
 from robustnlu.extras import require
+from robustnlu.hardware import device_record
 from robustnlu.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from robustnlu.metrics.registry import RUN_SUMMARY
 from robustnlu.model.encoders import build_encoder, load_tokenizer
@@ -254,6 +255,7 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         # as trained: optimizer.fused=auto resolved (robustnlu/optim/adamw.py); a run resumed from a
         # checkpoint of the per-parameter loop keeps the loop (the optimiser state carries it)
         "optimizer_fused": any(bool(g.get("fused")) for g in trainer.optimizers[0].param_groups),
+        "device": device_record(trainer.strategy.root_device, trainer.world_size),  # what it trained on
         "resumed_from": resume.record(),
         "wall_time_s": round(time.time() - started, 1),  # of this session (since the resume)
         "fit_time_s": round(fit_time, 1),  # trainer.fit (training + per-epoch validation) of this session

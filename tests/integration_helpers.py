@@ -30,6 +30,7 @@ FAST = [
     "optimizer.lr=5e-3",
     "data.batch_size=16",
     "trainer.precision=32-true",  # the same numbers on every machine (auto: bf16 where supported; tests/test_precision.py)
+    "trainer.accelerator=cpu",  # likewise (auto: a GPU where there is one); the CUDA tests are marked gpu
 ]
 
 

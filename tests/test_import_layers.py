@@ -8,7 +8,7 @@ matches it, its own or a package's):
 
 1. errors: the user errors every layer raises;
 2. the plumbing every layer may use: file writing (io), optional extras, numeric precision,
-   checkpoint files, the repository's paths, run directories (rundir), the scenario value and
+   the hardware a run trains on, checkpoint files, the repository's paths, run directories (rundir), the scenario value and
    the table writer;
 3. data (utterances, readers, the data module) and metrics;
 4. what is computed from data alone: the model's networks, SeqDrift splits, noise transforms,
@@ -43,7 +43,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "robustnlu"
 #: bottom first; a name is a module or a package (then every module inside it)
 LAYERS: list[list[str]] = [
     ["errors"],
-    ["io", "extras", "precision", "checkpoint", "paths", "rundir", "scenario", "tables"],
+    ["io", "extras", "precision", "hardware", "checkpoint", "paths", "rundir", "scenario", "tables"],
     ["data", "metrics"],
     ["model", "seqdrift", "noise", "selection", "efficiency"],  # efficiency: subsets, curve (the rest above)
     ["groups", "adversary", "optim", "distributed"],

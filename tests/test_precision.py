@@ -4,6 +4,7 @@ the encoding the objective sees and the objective's loss stay float32."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,7 @@ class DtypeProbe(pl.Callback):
                                                    "loss": set()}
 
     def on_fit_start(self, trainer, pl_module):
+        self.device = pl_module.device.type  # where it trains (Lightning moves it back to the CPU at the end)
         first_linear = next(m for m in pl_module.model.encoder.modules() if isinstance(m, torch.nn.Linear))
         first_linear.register_forward_hook(lambda m, args, out: self.seen["linear"].add(out.dtype))
 
@@ -62,10 +64,10 @@ class DtypeProbe(pl.Callback):
         pl_module.objective.register_forward_hook(objective_hook)
 
 
-def fit_one_epoch(tmp_path, overrides: list[str], probe: pl.Callback):
+def fit_one_epoch(tmp_path, overrides: list[str], probe: pl.Callback, accelerator: str = "cpu"):
     """One epoch (4 steps) on a 64-utterance SNIPS sample with ``probe`` among the callbacks."""
     sample = write_snips_sample_jsonl(tmp_path / "data", n_train=64, n_eval=16)
-    cfg = compose_config([*FAST, *jsonl_overrides(sample), "trainer.max_epochs=1", "trainer.accelerator=cpu",
+    cfg = compose_config([*FAST, *jsonl_overrides(sample), "trainer.max_epochs=1", f"trainer.accelerator={accelerator}",
                           f"paths.cache_dir={tmp_path / 'cache'}", *overrides], tmp_path / "run")
     pl.seed_everything(0, verbose=False)
     parts = prepare(cfg)
@@ -94,9 +96,11 @@ class GradNormProbe(pl.Callback):
     def __init__(self):
         self.norms: list[float] = []
         self.fused: set[bool] = set()
+        self.devices: set[str] = set()
 
     def on_before_zero_grad(self, trainer, pl_module, optimizer):
         self.fused |= {bool(g.get("fused")) for g in optimizer.param_groups}
+        self.devices.add(pl_module.device.type)
         grads = [p.grad for p in pl_module.model.parameters() if p.grad is not None]
         if grads:
             self.norms.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
@@ -112,3 +116,37 @@ def test_gradients_are_clipped_for_the_fused_adamw_in_every_precision(precision,
                                           "optimizer.fused=true"], probe)
     assert trainer.global_step == 4 and probe.fused == {True}
     assert len(probe.norms) >= 3 and all(n == pytest.approx(clip, rel=1e-3) for n in probe.norms), probe.norms
+
+
+# --- on a CUDA device (`make test-gpu`) ---------------------------------------------------------
+
+@pytest.mark.gpu
+def test_auto_is_bf16_mixed_on_an_ampere_or_later_gpu_and_keeps_the_objective_in_fp32(tmp_path):
+    """bf16 tensor cores came with compute capability 8.0 (Ampere): the expectation is read from the
+    device's capability, not from the torch probe `resolve_precision` uses."""
+    probe = DtypeProbe()
+    trainer, parts = fit_one_epoch(tmp_path, ["trainer.precision=auto", "method=topk"], probe, accelerator="gpu")
+    bf16 = torch.cuda.get_device_capability() >= (8, 0)
+    assert trainer.precision == (BF16 if bf16 else FP32) and trainer.global_step == 4
+    assert probe.seen["linear"] == {torch.bfloat16 if bf16 else torch.float32}
+    for key in ("slot", "intent", "x_enc", "loss"):
+        assert probe.seen[key] == {torch.float32}, key
+    assert probe.device == "cuda" and all(torch.isfinite(p).all() for p in parts.module.parameters())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", [FP32, BF16, "16-mixed"])
+def test_gradients_are_clipped_for_the_fused_adamw_on_cuda(precision, tmp_path):
+    """On CUDA the fused AdamW is the default (``fused: auto``); under fp16 Lightning's gradient scaler
+    scales the gradients, and `configure_gradient_clipping` must unscale them before clipping: the
+    optimiser then steps with the clip value's norm, not ``scale`` times it. A step whose scaled
+    gradients overflowed is skipped by the scaler (its norm is not finite) and not counted."""
+    clip = 0.01
+    probe = GradNormProbe()
+    trainer, parts = fit_one_epoch(tmp_path, [f"trainer.precision={precision}", f"trainer.gradient_clip_val={clip}"],
+                                   probe, accelerator="gpu")
+    assert trainer.global_step == 4 and probe.fused == {True} and probe.devices == {"cuda"}
+    finite = [n for n in probe.norms if math.isfinite(n)]
+    assert len(finite) >= (1 if precision == "16-mixed" else 3), probe.norms
+    assert all(n == pytest.approx(clip, rel=1e-3) for n in finite), probe.norms
+    assert all(torch.isfinite(p).all() for p in parts.module.model.parameters())

@@ -278,3 +278,34 @@ def test_decision_follows_the_direction_of_the_mean_and_semer_is_lower_better():
     semer = [result(-0.1, 0.01, "semer")]  # A has lower SEMER: better
     assert statistics.decide("semer", -3.0, semer, 0.05, "any").decision == "better"
     assert math.isnan(relative_change(1.0, 0.0))
+
+
+def test_the_change_to_erm_uses_the_erm_models_of_the_same_seeds(monkeypatch):
+    """While a study is incomplete (ERM has run seeds 0 and 1, the method only seed 0), the method's
+    change is to ERM's seed-0 model, not to ERM's mean over both seeds. The paired tests are not what
+    is checked here: they are replaced by a no-difference result (the fake runs have no predictions)."""
+
+    class NoFiles:
+        def predictions(self, split):
+            return []
+
+    class FakeRun(Run):
+        dir = property(lambda self: NoFiles())
+
+    def run_with(path, method, seed, combined):
+        return FakeRun(path=Path(path), results={"seed": seed, "method": method, "metrics": {
+            "test": {"combined": combined}, "valid": {"combined": combined}}})
+
+    monkeypatch.setattr(statistics, "paired_counts", lambda a, b: None)
+    monkeypatch.setattr(statistics, "approximate_randomization", lambda *a: result(0.0, 1.0))
+    erm = [run_with("e0", "erm", 0, 0.80), run_with("e1", "erm", 1, 0.90)]
+    grouped = {"scenario": {"erm": erm, "m": [run_with("m0", "m", 0, 0.84)]}}
+    comparisons = statistics.compare_to_baseline(statistics.scenario_stats(grouped), rounds=10)
+    m = next(c for c in comparisons if c.method == "m")
+    assert m.changes["combined"] == pytest.approx(100 * (84 - 80) / 80)  # +5 %, not 84 vs 85: -1.2 %
+    # with both seeds run, the change is to ERM's mean over both
+    grouped["scenario"]["m"].append(run_with("m1", "m", 1, 0.94))
+    comparisons = statistics.compare_to_baseline(statistics.scenario_stats(grouped), rounds=10)
+    m = next(c for c in comparisons if c.method == "m")
+    assert m.changes["combined"] == pytest.approx(100 * (89 - 85) / 85)
+    assert next(c for c in comparisons if c.method == "erm").changes["combined"] == 0.0

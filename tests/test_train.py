@@ -40,6 +40,9 @@ def test_run_directory_holds_results_predictions_config_and_checkpoints(trained,
     assert on_disk["seed"] == 0 and on_disk["method"] == "erm"
     assert {"torch", "transformers", "pytorch-lightning", "robustnlu"} <= set(on_disk["versions"])
     assert on_disk["wall_time_s"] > 0
+    cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+               if line.startswith("model name"))
+    assert on_disk["device"] == {"accelerator": "cpu", "name": cpu, "processes": 1}
     assert (out / "config.yaml").is_file()
     with open(out / "csv" / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
@@ -186,3 +189,23 @@ def test_status_file_says_failed_with_the_error(sample, tmp_path, monkeypatch):
     status = json.loads((tmp_path / "status.json").read_text())
     assert status["state"] == "failed" and status["error"] == "RuntimeError: CUDA out of memory (simulated)"
     assert not (tmp_path / "results.json").exists()
+
+
+@pytest.mark.gpu
+def test_a_checkpoint_trained_on_cuda_predicts_the_same_on_the_cpu(sample, tmp_path):
+    """Train on a GPU, predict on a laptop: the best checkpoint loads on the CPU (`read_checkpoint` maps
+    it there) and predicts the test utterances as the run's own predictions/test.jsonl (`make test-gpu`)."""
+    from robustnlu.data.readers.jsonl import read_jsonl_file
+    from robustnlu.predict import Predictor
+
+    results = run(compose_config([*FAST, *jsonl_overrides(sample), "trainer.accelerator=gpu"], tmp_path))
+    assert results["device"] == {"accelerator": "cuda", "name": torch.cuda.get_device_name(0), "processes": 1}
+    best = tmp_path / results["best_checkpoint"]
+    assert {t.device.type for t in torch.load(best, weights_only=True)["state_dict"].values()} == {"cuda"}
+    on_cpu = Predictor.from_checkpoint(best, "cpu")
+    assert on_cpu.module.device.type == "cpu"
+    utterances = [row.utterance for row in read_jsonl_file(Path(sample["test"]), "snips", "test")]
+    by_uid = {row["uid"]: row for row in read_jsonl(tmp_path / "predictions" / "test.jsonl")}
+    predicted = on_cpu.predict_utterances(utterances)
+    assert [(intent, tags) for intent, tags in predicted] == [
+        (by_uid[u.uid]["pred_intent"], by_uid[u.uid]["pred_tags"]) for u in utterances]

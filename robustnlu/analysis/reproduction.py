@@ -11,7 +11,7 @@ What the report computes, each with the function that does it:
   over the recorded Part A runs of the cell (both validation kinds, both seeds); Figure 1a.
 - `method_summary`: Tables 11-12 for SNIPS. Per method, the mean over the scenarios it was
   compared in of the per-scenario means (over seeds) of test COMBINED, SEMER and MA INT.
-  COMBINED; the relative change to ERM's mean over the same scenarios, (m − erm) / erm in %; and
+  COMBINED; the relative change to ERM's mean over the same scenarios and seeds, (m − erm) / erm in %; and
   the scenarios significantly better / worse than ERM on COMBINED: the study's
   (`robustnlu.analysis.statistics`) paired approximate randomization tests (p < 0.05, each model against the ERM model of the same
   seed, decision rule ``any``: the paper's reading), `SIGNIFICANCE` fixed so the report is the
@@ -111,7 +111,7 @@ def render(records: Records, design: Design, reading: str | None = None) -> tupl
     snips = records.select(snips_names)
     t10 = table10(part_a)
     stats, comparisons, counts = comparison(snips) if snips else ([], [], [])
-    summary = method_summary(stats, counts)
+    summary = method_summary(stats, comparisons, counts)
     compared = sorted({c.scenario.label for c in comparisons if c.pairs})
     erm_snips = [r for r in part_a if r.scenario.dataset == "snips" and r.method == BASELINE]
     cluster_stats = scenario_stats(group_runs(part_a + [r for r in snips if r not in part_a]))

@@ -15,7 +15,7 @@ import numpy as np
 from robustnlu.analysis import paper_results as paper
 from robustnlu.analysis.records import Design, Records
 from robustnlu.analysis.runs import BASELINE, MIN_CLUSTER_SIZE, Run, method_order, worst_cluster
-from robustnlu.analysis.statistics import MethodStats
+from robustnlu.analysis.statistics import Comparison, MethodStats
 from robustnlu.metrics.registry import METRICS, REPRODUCTION_SUMMARY, relative_change
 from robustnlu.tables import fmt, markdown
 
@@ -70,9 +70,12 @@ def method_label(stats: MethodStats) -> str:
     return f"{stats.method}" + (f" (k={k})" if k is not None else "") + (f" = {theirs}" if theirs else "")
 
 
-def method_summary(stats: Sequence[MethodStats], counts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Tables 11-12 (module docstring): one row per method, ERM first."""
+def method_summary(stats: Sequence[MethodStats], comparisons: Sequence[Comparison],
+                   counts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tables 11-12 (module docstring): one row per method, ERM first. A method's change is to
+    ERM's mean over the same scenarios and, in each, the same seeds (`Comparison.baseline`)."""
     erm = {s.scenario: s for s in stats if s.method == BASELINE}
+    baselines = {(c.scenario, c.method): c.baseline for c in comparisons}
     compared = sorted({s.scenario for s in stats if s.method != BASELINE and s.scenario in erm})
     all_counts = {r["method"]: r for r in counts if r["group"] == "all"}
     rows = []
@@ -85,7 +88,7 @@ def method_summary(stats: Sequence[MethodStats], counts: Sequence[dict[str, Any]
                                "runs": sum(s.n for s in mine)}
         for key in REPRODUCTION_SUMMARY:
             row[key] = _mean([s.stats[key][0] for s in mine])
-            base = _mean([erm[s.scenario].stats[key][0] for s in mine])
+            base = _mean([baselines[s.scenario, method][key] for s in mine])
             row[f"{key}_pct"] = relative_change(row[key], base) if method != BASELINE else math.nan
         c = all_counts.get(method)
         row["better"], row["worse"], row["tested"] = (c["better"], c["worse"], c["scenarios"]) if c else (None, None, 0)
@@ -259,6 +262,14 @@ def settings_markdown(records: Records) -> str:
     return markdown(["setting", "value (runs)"], rows)
 
 
+def _machine(records: Records, name: str) -> str:
+    """The CPU (``meta.json``) a run trained on, or its GPU (results.json's ``device``)."""
+    device = records.runs[name].results.get("device") or {}
+    if device.get("accelerator", "cpu") != "cpu":
+        return f"{device.get('name', device['accelerator'])} x {device.get('processes', 1)}"
+    return f"{records.meta[name].get('cpu', '?')}, {records.meta[name].get('cores', '?')} cores"
+
+
 def hardware_markdown(records: Records) -> str:
     """Per part (as ``meta.json`` records it): runs, wall time, hardware."""
     part_of = {name: str(records.meta[name].get("part", "?")) for name in records.runs}
@@ -266,8 +277,7 @@ def hardware_markdown(records: Records) -> str:
     for part in sorted(set(part_of.values())):
         names = [n for n in records.runs if part_of[n] == part]
         walls = [float(records.meta[n]["wall_time_s"]) for n in names if "wall_time_s" in records.meta[n]]
-        machines = Counter(f"{records.meta[n].get('cpu', '?')}, {records.meta[n].get('cores', '?')} cores"
-                           for n in names)
+        machines = Counter(_machine(records, n) for n in names)
         rows.append([part, len(names), fmt(sum(walls) / 3600, 1) if walls else "",
                      fmt(float(np.median(walls)) / 60, 1) if walls else "",
                      "; ".join(f"{m} ({n})" for m, n in sorted(machines.items()))])

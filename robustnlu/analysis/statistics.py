@@ -8,6 +8,9 @@ intent accuracy, slot F1, COMBINED, SEMER, MA INT. COMBINED, worst-cluster COMBI
 runs have one) and the valid → test drop of COMBINED, all in %. `compare_to_baseline`: relative
 change of each metric's mean to the ERM mean, (m − erm) / erm in % (SEMER: lower is better, so a
 positive change is a deterioration), and paired tests of `robustnlu.metrics.registry.TESTED`.
+The ERM mean is over the ERM models the method's models are paired with (below): with as many
+models per seed as ERM, all of ERM's; while a study is incomplete (ERM has seeds the method has not
+run yet) only the matching seeds, so that a change compares like with like.
 
 Pairing rule (`robustnlu.analysis.significance`): tests pair utterances by uid between two
 runs, and each of a method's models is tested against the ERM model of the same seed in the same
@@ -70,6 +73,8 @@ class MethodStats:
     runs: list[Run]
     #: metric key → (mean, sample std) in %, NaN where no run has the metric (std: fewer than 2)
     stats: dict[str, tuple[float, float]]
+    #: the worst-cluster COMBINED's minimum cluster size the stats were computed with
+    min_cluster_size: int = MIN_CLUSTER_SIZE
 
     @property
     def n(self) -> int:
@@ -81,13 +86,14 @@ def scenario_stats(grouped: dict[Scenario, dict[str, list[Run]]],
     rows = []
     for scenario, methods in grouped.items():
         for method, runs in methods.items():
-            stats = {}
-            for key in TABLE10:
-                values = [v for v in (r.value(key, min_cluster_size) for r in runs) if v is not None]
-                mean, std = _mean_std([100.0 * v for v in values])
-                stats[key] = (mean, std)
-            rows.append(MethodStats(scenario, method, runs, stats))
+            stats = {key: _mean_std(_percentages(runs, key, min_cluster_size)) for key in TABLE10}
+            rows.append(MethodStats(scenario, method, runs, stats, min_cluster_size))
     return rows
+
+
+def _percentages(runs: Sequence[Run], key: str, min_cluster_size: int) -> list[float]:
+    """``key``'s value of each run that has it, in %."""
+    return [100.0 * v for v in (r.value(key, min_cluster_size) for r in runs) if v is not None]
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,9 @@ class Comparison:
     pairs: list[Pair]
     #: metric key (TABLE10) → relative change of the mean to ERM in %
     changes: dict[str, float]
+    #: metric key (TABLE10) → ERM's mean in % that ``changes`` are relative to (over the ERM models
+    #: paired with the method's: the same seeds)
+    baseline: dict[str, float]
     verdicts: dict[str, Verdict] = field(default_factory=dict)
 
     @property
@@ -191,11 +200,14 @@ def compare_to_baseline(stats: Sequence[MethodStats], alpha: float = 0.05, round
     out = []
     for s in stats:
         erm = base.get(s.scenario)
-        changes = {key: relative_change(s.stats[key][0], erm.stats[key][0]) if erm else math.nan
-                   for key in TABLE10}
-        comparison = Comparison(s.scenario, s.method, s.n, [], changes)
-        if erm is not None and s.method != BASELINE:
-            comparison.pairs = pair_models(s.runs, erm.runs)
+        pairs = pair_models(s.runs, erm.runs) if erm is not None and s.method != BASELINE else []
+        # ERM's mean over the models paired with this method's (all of ERM's for ERM itself)
+        partners = list({p.baseline.path: p.baseline for p in pairs}.values()) if pairs else (erm.runs if erm else [])
+        baseline = {key: _mean_std(_percentages(partners, key, s.min_cluster_size))[0] for key in TABLE10}
+        changes = {key: relative_change(s.stats[key][0], baseline[key]) for key in TABLE10}
+        comparison = Comparison(s.scenario, s.method, s.n, [], changes, baseline)
+        if pairs:
+            comparison.pairs = pairs
             tests: dict[str, list[SignificanceResult]] = {m: [] for m in TESTED}
             for pair in comparison.pairs:
                 try:

@@ -69,6 +69,9 @@ def _metrics(rows: list[dict], shift: float) -> dict[str, float]:
     return out
 
 
+GPU = {"accelerator": "cuda", "name": "NVIDIA H100 80GB HBM3", "processes": 1}
+
+
 def make_record(records: Path, run: reproduce.Run, part: str) -> None:
     base = json.loads((FIXTURE / "results.json").read_text())
     record = records / run.name
@@ -94,6 +97,8 @@ def make_record(records: Path, run: reproduce.Run, part: str) -> None:
     results["epochs_trained"] = len(EPOCH_CURVE)
     if run.seed == 1:  # seed 0's records are like those written before results.json said the AdamW kernel
         results["optimizer_fused"] = True
+    if part == "C":  # trained on a GPU (results.json's device); the others like the fixture, before it said one
+        results["device"] = GPU
     (record / "results.json").write_text(json.dumps(results))
     lines = ["epoch,step,valid/combined,train/loss_epoch"]
     lines += [f"{e},{10 * e + 9},{v + 0.01 * run.seed + LAST_EPOCH_BUMP * run.seed * (e == len(EPOCH_CURVE) - 1)},"
@@ -205,7 +210,7 @@ def test_tables_11_12_recomputed_from_the_records(records, report, method):
         mine, erm = [], []
         for scenario, names in per_scenario.items():
             mine.append(np.mean([100 * results(records, n)["metrics"]["test"][key] for n in names.values()]))
-            erm_names = [reproduce.Run(Scenario(*scenario), "erm", s).name for s in reproduce.SEEDS]
+            erm_names = [reproduce.Run(Scenario(*scenario), "erm", s).name for s in names]  # the same seeds
             erm.append(np.mean([100 * results(records, n)["metrics"]["test"][key] for n in erm_names]))
         assert row[column] == f"{np.mean(mine):.2f}"
         assert row[column + 1] == f"{100 * (np.mean(mine) - np.mean(erm)) / np.mean(erm):+.2f}"
@@ -213,7 +218,7 @@ def test_tables_11_12_recomputed_from_the_records(records, report, method):
         tests = [_significant(records, n, reproduce.Run(Scenario(*scenario), "erm", s).name) for s, n in names.items()]
         change = (np.mean([results(records, n)["metrics"]["test"]["combined"] for n in names.values()])
                   - np.mean([results(records, reproduce.Run(Scenario(*scenario), "erm", s).name)["metrics"]["test"]["combined"]
-                             for s in reproduce.SEEDS]))
+                             for s in names]))
         up, down = any(b for b, _ in tests), any(w for _, w in tests)
         better += change > 0 and up and not down
         worse += change < 0 and down and not up
@@ -336,6 +341,10 @@ def test_the_plan_releases_part_b_with_the_chosen_k(records, tmp_path, capsys):
     assert len(names) == len(set(names)) == 73
     assert set(names) == {r.name for r in part_a + k_runs + part_b + part_c}
     assert {r.part for r in reproduce.plan(records)[-len(part_c):]} == {"C"}  # as compute allows: last
+    # the DRO comparison's runs (SNIPS full drift, both seeds) before the rest of Part A
+    planned = reproduce.plan(records)
+    last_b = max(i for i, r in enumerate(planned) if r.part == "B")
+    assert all(r.scenario.dataset == "snips" and not r.scenario.partial for r in planned[:last_b + 1])
     assert [r.part for r in reproduce.plan(tmp_path)].count("B") == 0
     assert reproduce.main(["--list", "--records", str(records)]) == 0
     listed = capsys.readouterr().out.splitlines()
@@ -350,3 +359,11 @@ def test_the_reading_is_kept_when_the_report_is_rebuilt(records, tmp_path):
     reproduction.write(records, design, tmp_path)
     reading = section((tmp_path / "report.md").read_text(), "Reading")
     assert reading.strip() == "TopK agrees with the paper on 2 of 2 scenarios."
+
+
+def test_the_hardware_table_names_the_gpu_of_a_run_that_trained_on_one(report):
+    text = section((report / "report.md").read_text(), "Hyper-parameters, hardware")
+    cpu = json.loads((FIXTURE / "meta.json").read_text())["cpu"]
+    part_a, part_c = table_row(text, "A"), table_row(text, "C")
+    assert part_a[-1] == f"{cpu}, 2 cores ({part_a[1]})"  # every run of the part, on the fixture's CPU
+    assert part_c[-1] == f"NVIDIA H100 80GB HBM3 x 1 ({part_c[1]})" and int(part_c[1]) > 0

@@ -27,14 +27,18 @@ def _model(seed: int = 0) -> nn.Module:
     return model
 
 
-def _steps(fused, grads_seed: int = 1, steps: int = 3):
-    model = _model()
+#: the devices with a fused kernel; CUDA's runs with `make test-gpu`
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def _steps(fused, grads_seed: int = 1, steps: int = 3, device: str = "cpu"):
+    model = _model().to(device)
     optimizer = adamw(model, lr=0.1, weight_decay=0.02, betas=(0.9, 0.999), eps=1e-8, fused=fused)
     gen = torch.Generator().manual_seed(grads_seed)
     grads = [[torch.randn(p.shape, generator=gen) for p in model.parameters()] for _ in range(steps)]
     for step in grads:
         for p, g in zip(model.parameters(), step):
-            p.grad = g.clone()
+            p.grad = g.to(device, copy=True)
         optimizer.step()
     return model, optimizer, grads
 
@@ -59,12 +63,13 @@ def _by_hand(grads, lr=0.1, weight_decay=0.02, b1=0.9, b2=0.999, eps=1e-8):
     return params
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("fused", [True, False])
-def test_adamw_applies_the_update_written_out_by_hand(fused):
-    model, optimizer, grads = _steps(fused)
+def test_adamw_applies_the_update_written_out_by_hand(fused, device):
+    model, optimizer, grads = _steps(fused, device=device)
     assert all(g.get("fused") is fused for g in optimizer.param_groups)
     for got, want in zip(model.parameters(), _by_hand(grads)):
-        torch.testing.assert_close(got.detach().double(), want, rtol=0, atol=1e-6)
+        torch.testing.assert_close(got.detach().cpu().double(), want, rtol=0, atol=1e-6)
 
 
 def test_fused_and_loop_agree_to_float_rounding():
@@ -74,9 +79,10 @@ def test_fused_and_loop_agree_to_float_rounding():
         torch.testing.assert_close(a, b, rtol=0, atol=1e-7)
 
 
-def test_auto_takes_the_fused_kernel_on_cpu_and_the_flag_forces_either():
-    model = _model()
-    assert use_fused(model, "auto") is True  # every parameter on the CPU
+@pytest.mark.parametrize("device", DEVICES)
+def test_auto_takes_the_fused_kernel_on_cpu_and_cuda_and_the_flag_forces_either(device):
+    model = _model().to(device)
+    assert use_fused(model, "auto") is True  # every parameter on one device with a fused kernel
     assert use_fused(model, False) is False and use_fused(model, True) is True
     assert use_fused(nn.Module(), "auto") is False  # no parameters: nothing to fuse
 

@@ -16,11 +16,15 @@ STEPS_PER_EPOCH = 5
 
 
 class LossRecorder(pl.Callback):
+    """Each step's loss, and the devices the module trained on."""
+
     def __init__(self):
         self.losses: dict[int, float] = {}
+        self.devices: set[str] = set()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.losses[trainer.global_step] = float(outputs["loss"])
+        self.devices.add(pl_module.device.type)
 
 
 class StopAfterFirstEpoch(pl.Callback):
@@ -32,10 +36,15 @@ class StopAfterFirstEpoch(pl.Callback):
             trainer.should_stop = True
 
 
-def fit(method: str, sample, out, ckpt_path=None, interrupt=False):
+#: where the runs train: the CPU (FAST's), and a CUDA device (`make test-gpu`) with PyTorch's deterministic
+#: kernels (``trainer.deterministic``: without them CUDA's atomic adds reorder sums from run to run)
+ACCELERATORS = {"cpu": [], "cuda": ["trainer.accelerator=gpu", "trainer.deterministic=true"]}
+
+
+def fit(method: str, sample, out, ckpt_path=None, interrupt=False, accelerator="cpu"):
     overrides = [*FAST, *jsonl_overrides(sample), *SMALL_DRIFT, f"method={method}", "trainer.max_epochs=3",
                  "data.batch_size=128", "+trainer.limit_val_batches=1",
-                 f"paths.cache_dir={out.parent / 'cache'}"]
+                 f"paths.cache_dir={out.parent / 'cache'}", *ACCELERATORS[accelerator]]
     cfg = compose_config(overrides, out)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     parts = prepare(cfg)
@@ -44,7 +53,7 @@ def fit(method: str, sample, out, ckpt_path=None, interrupt=False):
     trainer = build_trainer(cfg)
     trainer.callbacks += [recorder, StopAfterFirstEpoch()] if interrupt else [recorder]
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
-    return module, recorder.losses
+    return module, recorder
 
 
 @pytest.fixture(scope="module")
@@ -52,12 +61,16 @@ def sample(tmp_path_factory):
     return write_snips_sample_jsonl(tmp_path_factory.mktemp("snips"), n_train=600, n_eval=60)
 
 
+@pytest.mark.parametrize("accelerator", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("method", METHODS)
-def test_resumed_run_continues_like_the_uninterrupted_one(method, sample, tmp_path):
-    straight, straight_losses = fit(method, sample, tmp_path / "straight")
-    fit(method, sample, tmp_path / "stopped", interrupt=True)
-    resumed, resumed_losses = fit(method, sample, tmp_path / "resumed",
-                                  ckpt_path=str(tmp_path / "stopped" / "checkpoints" / "last.ckpt"))
+def test_resumed_run_continues_like_the_uninterrupted_one(method, accelerator, sample, tmp_path):
+    straight, straight_run = fit(method, sample, tmp_path / "straight", accelerator=accelerator)
+    fit(method, sample, tmp_path / "stopped", interrupt=True, accelerator=accelerator)
+    resumed, resumed_run = fit(method, sample, tmp_path / "resumed",
+                               ckpt_path=str(tmp_path / "stopped" / "checkpoints" / "last.ckpt"),
+                               accelerator=accelerator)
+    assert straight_run.devices == resumed_run.devices == {accelerator}
+    straight_losses, resumed_losses = straight_run.losses, resumed_run.losses
     assert max(straight_losses) == 3 * STEPS_PER_EPOCH
     later = sorted(k for k in straight_losses if k > STEPS_PER_EPOCH)
     assert later and sorted(resumed_losses) == later
