@@ -25,5 +25,10 @@ def cpu_model() -> str:
 def device_record(device: torch.device, processes: int) -> dict[str, Any]:
     """``{"accelerator": "cpu" | "cuda" | ..., "name": model name, "processes": n}`` of a run that
     trained on ``device`` (one of its ``processes``, under DDP each on a device like it)."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model() if device.type == "cpu" else device.type
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    elif device.type == "cpu":
+        name = cpu_model()
+    else:  # mps, xla, ...: the kind is what there is to say
+        name = device.type
     return {"accelerator": device.type, "name": name, "processes": processes}
