@@ -133,7 +133,7 @@ def test_a_slurm_job_signalled_mid_epoch_is_requeued_and_resumes_to_the_uninterr
     limit, or on preemption) two steps after a mid-epoch last.ckpt; submitit requeues it
     (`scontrol requeue`); the requeued job (SLURM_RESTART_COUNT=1) resumes from last.ckpt without
     resume=true and ends where job 1, the same run left alone, ends. The driver waits throughout
-    and returns both results. ~45 s (the requeued job is let go at once, see below).
+    and returns both results. ~45 s (the requeued job is let go after 2 s, see below).
     Without that release it also passes, in ~3 minutes."""
     sample = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=30)
     sweep_dir = tmp_path / "multirun"
@@ -156,7 +156,7 @@ def test_a_slurm_job_signalled_mid_epoch_is_requeued_and_resumes_to_the_uninterr
     with log_path.open("w") as driver_log:
         driver = subprocess.Popen([sys.executable, "-m", "robustnlu", *args], cwd=tmp_path, env=env,
                                   stdout=driver_log, stderr=subprocess.STDOUT)
-    job0, states, released = None, [], False
+    job0, states, released, held_since = None, [], False, None
     try:
         while driver.poll() is None and time.time() - started < 480:
             time.sleep(0.5)
@@ -167,11 +167,15 @@ def test_a_slurm_job_signalled_mid_epoch_is_requeued_and_resumes_to_the_uninterr
             state = (info.get("JobState"), info.get("Reason"), info.get("Restarts"))
             if not states or states[-1][1:] != state:
                 states.append((round(time.time() - started, 1), *state))
-            # Slurm holds a requeued job (PENDING, reason BeginTime) for 121 s: let it go now
-            # (not checked: the job may have started in between)
+            # Slurm holds a requeued job (PENDING, reason BeginTime) for 121 s: let it go after 2 s
+            # (not checked: the job may have started in between). Not at once: slurmd revokes the
+            # requeued job's credential, and a start in the same second is refused ("Killing
+            # non-startable batch JobId=…: Job credential revoked"; the job then FAILS).
             if info.get("JobState") == "PENDING" and info.get("Reason") == "BeginTime":
-                subprocess.run(["scontrol", "update", f"JobId={job0}", "StartTime=now"], capture_output=True)
-                released = True
+                held_since = held_since or time.time()
+                if time.time() - held_since >= 2:
+                    subprocess.run(["scontrol", "update", f"JobId={job0}", "StartTime=now"], capture_output=True)
+                    released = True
     finally:
         if driver.poll() is None:  # timed out: stop the driver and its jobs
             driver.kill()
