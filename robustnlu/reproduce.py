@@ -136,7 +136,7 @@ def plan(records: Path) -> list[Run]:
     first = [r for r in snips_full if r.seed == 0]
     ordered = first + k_runs + [r for r in part_b if r.seed == 0]
     # the second seed of the DRO comparison (Part B and its ERM runs) before the rest of Part A
-    ordered += [r for r in part_a + part_b if r not in ordered and r.scenario.dataset == "snips" and not r.scenario.partial]
+    ordered += [r for r in snips_full + part_b if r not in ordered]
     ordered += [r for r in part_a + part_b if r not in ordered and r.scenario.dataset == "snips"]
     ordered += [r for r in part_a if r not in ordered]
     ordered += part_c
