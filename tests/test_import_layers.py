@@ -8,8 +8,8 @@ matches it, its own or a package's):
 
 1. errors: the user errors every layer raises;
 2. the plumbing every layer may use: file writing (io), optional extras, numeric precision,
-   the hardware a run trains on, checkpoint files, the repository's paths, run directories (rundir), the scenario value and
-   the table writer;
+   the hardware a run trains on, checkpoint files, the repository's paths, run directories
+   (rundir), the scenario value and the table writer;
 3. data (utterances, readers, the data module) and metrics;
 4. what is computed from data alone: the model's networks, SeqDrift splits, noise transforms,
    model selection criteria, and the efficiency protocol's corpus step and curve fit;
