@@ -108,6 +108,10 @@ class SLUModule(pl.LightningModule):
         #: sums of the epoch's per-example slot and intent losses and their count (logged as means
         #: at the epoch's end; in checkpoints, so an epoch resumed in its middle logs the same means)
         self.task_loss_sums = torch.zeros(3)
+        #: likewise for the objective's loss (``train/loss_epoch``): its sum weighted by the
+        #: batch's example count, and the count (a checkpoint from before 2026-11-24 has no
+        #: such sums: its resumed epoch's mean covers the batches trained since the resume)
+        self.loss_sums = torch.zeros(2)
         #: the collator's pad value of each batch tensor, to gather batches under DDP; set from the
         #: data module in `setup` (None without one, e.g. `make bench`'s pre-collated batches:
         #: then training runs on one process, where nothing is gathered)
@@ -170,6 +174,7 @@ class SLUModule(pl.LightningModule):
                              "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []}
         checkpoint["objective_optimizers"] = self.objective.optimizer_states()
         checkpoint["task_loss_sums"] = self.task_loss_sums.cpu()
+        checkpoint["loss_sums"] = self.loss_sums.cpu()
         checkpoint["nonfinite_skips"] = self.nonfinite_skips
         checkpoint[FORMAT_KEY] = CHECKPOINT_FORMAT
         if self.selection is not None:
@@ -178,6 +183,7 @@ class SLUModule(pl.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.restored_rng = checkpoint.get("rng")
         self.task_loss_sums = checkpoint.get("task_loss_sums", torch.zeros(3)).to(self.device)
+        self.loss_sums = checkpoint.get("loss_sums", torch.zeros(2)).to(self.device)
         self.nonfinite_skips = int(checkpoint.get("nonfinite_skips", 0))
         self.restored_objective_optimizers = checkpoint.get("objective_optimizers", {})
         if self.selection is not None and "selection" in checkpoint:
@@ -206,12 +212,14 @@ class SLUModule(pl.LightningModule):
             return self.drop_nonfinite_batch(losses, nonfinite, batch_idx)
         with fp32(self.device):  # the objective (its own networks, weights, top-k) in float32
             loss = self.objective(losses)
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=losses.slot.numel(),
-                 sync_dist=True)  # the global batch's loss under DDP: the same on every process
-        # the per-task means are summed here and logged once an epoch: each self.log call costs
-        # ~0.6 ms of Lightning bookkeeping (measured by `make bench`), ~10% of a GPU step
-        sums = torch.stack([losses.slot.detach().sum(), losses.intent.detach().sum(), losses.slot.new_tensor(losses.slot.numel())])
+        self.log("train/loss_step", loss, prog_bar=True, sync_dist=True)  # under DDP: the global batch's loss
+        # the epoch means are summed here and logged at its end (not Lightning's on_epoch=True,
+        # whose sums a checkpoint does not keep): each self.log call costs ~0.6 ms of Lightning
+        # bookkeeping (measured by `make bench`), ~10% of a GPU step
+        n = losses.slot.new_tensor(losses.slot.numel())
+        sums = torch.stack([losses.slot.detach().sum(), losses.intent.detach().sum(), n])
         self.task_loss_sums = self.task_loss_sums.to(sums.device) + sums
+        self.loss_sums = self.loss_sums.to(sums.device) + torch.stack([loss.detach().float() * n, n])
         return loss
 
     def drop_nonfinite_batch(self, losses: TaskLosses, nonfinite: torch.Tensor, batch_idx: int) -> None:
@@ -239,8 +247,11 @@ class SLUModule(pl.LightningModule):
 
     def on_train_epoch_end(self) -> None:
         slot, intent, n = self.task_loss_sums.tolist()
-        self.log_dict({"train/slot_loss": slot / max(n, 1), "train/intent_loss": intent / max(n, 1)}, sync_dist=True)
+        loss, n_loss = self.loss_sums.tolist()
+        self.log_dict({"train/slot_loss": slot / max(n, 1), "train/intent_loss": intent / max(n, 1),
+                       "train/loss_epoch": loss / max(n_loss, 1)}, sync_dist=True)
         self.task_loss_sums = torch.zeros(3, device=self.device)
+        self.loss_sums = torch.zeros(2, device=self.device)
 
     def configure_optimizers(self):
         """The ``optimizer=`` option's optimiser over the SLU model and its learning-rate schedule

@@ -11,12 +11,17 @@ ends with the same result (tests/test_resume.py kills a run with SIGKILL to chec
 
 `resume_point` decides what a run with ``resume=true`` does in its run directory: return the
 stored result of a run that finished, continue from ``last.ckpt``, or start (nothing there yet).
+`ResumableCSVLogger` keeps the per-epoch log (``csv/metrics.csv``) of the steps the checkpoint
+holds, so a resumed run's log reads like the uninterrupted run's (Lightning's `CSVLogger`
+deletes the file when it opens it).
 A Slurm job requeued after a timeout or preemption (``SLURM_RESTART_COUNT`` > 0) resumes
 without being asked: submitit requeues it with the same overrides and run directory.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import time
@@ -24,7 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lightning_fabric.loggers.logger import rank_zero_experiment
 from pytorch_lightning.callbacks import Checkpoint
+from pytorch_lightning.loggers import CSVLogger
+from pytorch_lightning.loggers.csv_logs import ExperimentWriter
+
+from robustnlu.io import atomic_write_text
 
 from robustnlu.checkpoint import read_checkpoint
 from robustnlu.errors import DataError, ResumeError
@@ -86,6 +96,56 @@ class ResumePoint:
 def requeued() -> bool:
     """A Slurm job that was requeued (timeout, preemption, ``scontrol requeue``)."""
     return int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0
+
+
+class ResumableCSVLogger(CSVLogger):
+    """Lightning's `CSVLogger` that continues a resumed run's ``metrics.csv``: it keeps the rows
+    logged before ``resume_step`` (the global step of the checkpoint the run resumes from: the
+    rows of the steps the resumed run does not train again) and appends to them. With
+    ``resume_step=0`` (a run that starts) it starts a new file, as Lightning's does.
+
+    Lightning's logger deletes the file when it opens it, so a run resumed in its third epoch
+    logged only its last epochs, and the curve of the first two was lost."""
+
+    def __init__(self, *args: Any, resume_step: int = 0, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.resume_step = resume_step
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = ContinuedExperimentWriter(self.log_dir, self.resume_step)
+        return self._experiment
+
+
+class ContinuedExperimentWriter(ExperimentWriter):
+    """The writer of `ResumableCSVLogger`: ``metrics.csv`` cut to the rows before
+    ``keep_before_step``, which later rows are appended to (under the same header, which
+    Lightning's writer widens when new metrics appear)."""
+
+    def __init__(self, log_dir: str, keep_before_step: int):
+        path = Path(log_dir) / self.NAME_METRICS_FILE
+        header, rows = [], []
+        if keep_before_step > 0 and path.is_file():
+            with path.open(newline="") as file:
+                reader = csv.DictReader(file)
+                header = list(reader.fieldnames or [])
+                rows = [row for row in reader if int(row["step"]) < keep_before_step]
+        if rows:
+            text = io.StringIO(newline="")
+            writer = csv.DictWriter(text, fieldnames=header)  # the dialect of Lightning's writer
+            writer.writeheader()
+            writer.writerows(rows)
+            atomic_write_text(path, text.getvalue())
+        else:
+            path.unlink(missing_ok=True)
+        super().__init__(log_dir)
+        self.metrics_keys = header
+
+    def _check_log_dir_exists(self) -> None:
+        """Lightning's deletes ``metrics.csv`` and warns that it does; `__init__` has decided."""
 
 
 def resume_point(out_dir: Path, resume: bool) -> ResumePoint:

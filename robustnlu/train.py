@@ -53,7 +53,8 @@ from robustnlu.precision import resolve_precision
 from robustnlu.predict import Predictor
 from robustnlu.rundir import RunDir
 from robustnlu.scenario import Scenario
-from robustnlu.resume import ResumePoint, discard_last_checkpoint, record_wandb_run, resume_point, wandb_run_id
+from robustnlu.resume import (ResumableCSVLogger, ResumePoint, discard_last_checkpoint, record_wandb_run, resume_point,
+                              wandb_run_id)
 from robustnlu.seqdrift.pipeline import make_drift_split
 from robustnlu.seqdrift.shipped import SHIPPED_DIR
 from robustnlu.seqdrift.split import DriftSplit
@@ -83,22 +84,28 @@ def wandb_save_dir(out_dir: Path) -> Path:
     return out_dir.parents[len(Path(HydraConfig.get().sweep.subdir).parts) - 1]
 
 
-def wandb_options(logger_cfg: DictConfig, out_dir: Path, wandb_id: str | None) -> dict[str, Any]:
-    """The W&B logger's arguments that the run decides: its folder (``save_dir: null``:
-    `wandb_save_dir`) and, for a resumed run, the W&B run to continue."""
-    options = {} if logger_cfg.get("save_dir") else {"save_dir": str(wandb_save_dir(out_dir))}
-    return {**options, **({"id": wandb_id, "resume": "allow"} if wandb_id else {})}
+def logger_options(logger_cfg: DictConfig, out_dir: Path, resume: ResumePoint) -> dict[str, Any]:
+    """A logger's arguments that the run decides. W&B: its folder (``save_dir: null``:
+    `wandb_save_dir`) and, for a resumed run, the W&B run to continue; the CSV log: the step a
+    resumed run continues from (`ResumableCSVLogger` keeps the rows before it)."""
+    if "Wandb" in logger_cfg._target_:
+        options = {} if logger_cfg.get("save_dir") else {"save_dir": str(wandb_save_dir(out_dir))}
+        wandb_id = wandb_run_id(out_dir) if resume.checkpoint else None
+        return {**options, **({"id": wandb_id, "resume": "allow"} if wandb_id else {})}
+    if logger_cfg._target_ == f"{ResumableCSVLogger.__module__}.{ResumableCSVLogger.__name__}":
+        return {"resume_step": resume.global_step}
+    return {}
 
 
-def build_trainer(cfg: DictConfig, wandb_id: str | None = None, extra_callbacks: list[pl.Callback] = ()) -> pl.Trainer:
-    """The trainer with the configured callbacks (then ``extra_callbacks``) and loggers;
-    ``wandb_id``: log into that W&B run (a resumed run continues its W&B run)."""
+def build_trainer(cfg: DictConfig, resume: ResumePoint = ResumePoint(),
+                  extra_callbacks: list[pl.Callback] = ()) -> pl.Trainer:
+    """The trainer with the configured callbacks (then ``extra_callbacks``) and loggers; a
+    run that ``resume``s continues its W&B run and its CSV log."""
     callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None] + list(extra_callbacks)
     if any("Wandb" in c._target_ for c in (cfg.logger or {}).values() if c is not None):
         require("wandb", "wandb", "logger=wandb")
     out_dir = Path(cfg.paths.output_dir)
-    loggers = [instantiate(c, **(wandb_options(c, out_dir, wandb_id) if "Wandb" in c._target_ else {}))
-               for c in (cfg.logger or {}).values() if c is not None]
+    loggers = [instantiate(c, **logger_options(c, out_dir, resume)) for c in (cfg.logger or {}).values() if c is not None]
     return instantiate(lightning_arguments(cfg.trainer), callbacks=callbacks, logger=loggers,
                        precision=resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator))
 
@@ -223,7 +230,7 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
     if rank_zero_only.rank == 0:
         atomic_write_text(RunDir(out_dir).config_file, OmegaConf.to_yaml(cfg, resolve=True))
 
-    trainer = build_trainer(cfg, wandb_run_id(out_dir) if resume.checkpoint else None, callbacks)
+    trainer = build_trainer(cfg, resume, callbacks)
     record_wandb_run(out_dir, trainer)
     fit_started = time.time()
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume.checkpoint)

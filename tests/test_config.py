@@ -47,7 +47,7 @@ def test_trainer_callbacks_and_loggers_instantiate(tmp_path):
     names = {type(c).__name__ for c in trainer.callbacks}
     assert {"ModelCheckpoint", "EarlyStopping", "RichProgressBar"} <= names
     assert trainer.checkpoint_callback.monitor == "valid/combined"
-    assert [type(lg).__name__ for lg in trainer.loggers] == ["CSVLogger"]
+    assert [type(lg).__name__ for lg in trainer.loggers] == ["ResumableCSVLogger"]
 
 
 def test_mit_preset_loads_with_seeded_valid(tmp_path):

@@ -4,6 +4,8 @@ Everything runs through the CLI in subprocesses, the kill included."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import signal
 
@@ -27,6 +29,7 @@ def sample(tmp_path_factory):
 
 def train(sample, run_dir, *extra):
     args = [*FAST, *jsonl_overrides(sample), "trainer.max_epochs=3", "callbacks.last_checkpoint.every_minutes=null",
+            "trainer.log_every_n_steps=1",  # a metrics.csv row per step: the resumed log must have each once
             "callbacks.last_checkpoint.every_n_train_steps=4", f"paths.cache_dir={run_dir.parent / 'cache'}",
             f"hydra.run.dir={run_dir}", LEARNING, *extra]
     return run_cli(args, cwd=run_dir.parent)
@@ -66,6 +69,17 @@ def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_result(sample, tmp_
     predicted = [json.loads(line)["pred_intent"] for line in read(straight, "predictions/test.jsonl").splitlines()]
     assert len(set(predicted)) >= 3  # a model that tells utterances apart, not one intent for all
     assert read(killed, "status.json")["resumed_from"]["global_step"] == 20
+    # the per-epoch log continues where the checkpoint stopped: every row of the uninterrupted run,
+    # once (the killed run's rows of steps 20-21 are trained again; Lightning's logger kept only
+    # the resumed part), with the same numbers, the means over the resumed epoch included
+    logs = [list(csv.DictReader(io.StringIO(read(run, "csv/metrics.csv")))) for run in (straight, killed)]
+    assert [(r["epoch"], r["step"]) for r in logs[1]] == [(r["epoch"], r["step"]) for r in logs[0]]
+    assert len(logs[0]) > 3 * STEPS_PER_EPOCH and logs[0][0]["step"] == "0"
+    for row_a, row_b in zip(*logs):
+        assert {k for k, v in row_b.items() if v} == {k for k, v in row_a.items() if v}
+        for key, value in row_a.items():
+            if value and key not in ("epoch", "step"):
+                assert float(row_b[key]) == pytest.approx(float(value), rel=1e-5, abs=1e-7), (row_a["step"], key)
     assert read(killed, "status.json")["state"] == "finished"
     # finished: last.ckpt removed (keep_last_checkpoint=false), the best checkpoints hold the same weights
     assert not (straight / "checkpoints" / "last.ckpt").exists() and not (killed / "checkpoints" / "last.ckpt").exists()

@@ -182,7 +182,7 @@ def test_status_file_says_failed_with_the_error(sample, tmp_path, monkeypatch):
         def fit(self, *args, **kwargs):
             raise RuntimeError("CUDA out of memory (simulated)")
 
-    monkeypatch.setattr(train, "build_trainer", lambda cfg, wandb_id=None, extra_callbacks=(): Exploding())
+    monkeypatch.setattr(train, "build_trainer", lambda cfg, resume=None, extra_callbacks=(): Exploding())
     cfg = compose_config([*FAST, *jsonl_overrides(sample)], tmp_path)
     with pytest.raises(RuntimeError, match="simulated"):
         run(cfg)

@@ -163,7 +163,7 @@ def plot_valid_curves(runs: Sequence[Run]):
     fig = Figure(figsize=(7.0, 4.0))
     ax = fig.subplots()
     for i, run in enumerate(runs):
-        curve = valid_curve(run)
+        curve = [math.nan if v is None else v for v in valid_curve(run)]  # a gap where the log lacks an epoch
         ax.plot(range(1, len(curve) + 1), curve, marker="o", color=f"C{i % 10}", label=run.path.name, linewidth=1)
     ax.set_xlabel("epoch")
     ax.set_ylabel("valid COMBINED (%)")

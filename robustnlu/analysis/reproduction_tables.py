@@ -139,10 +139,11 @@ def k_search_table(records: Records, design: Design) -> str:
     return markdown(["method", *[f"k={k} valid COMBINED %" for k in grid], "chosen k"], rows)
 
 
-def valid_curve(run: Run) -> list[float]:
-    """Valid COMBINED (%) after each training epoch, from the run's ``metrics.csv`` (the last
-    valid row of each epoch below ``epochs_trained``; the row logged after training is the
-    final evaluation, not an epoch)."""
+def valid_curve(run: Run) -> list[float | None]:
+    """Valid COMBINED (%) after each training epoch below ``epochs_trained``, from the run's
+    ``metrics.csv`` (the last valid row of each epoch; the row logged after training is the
+    final evaluation, not an epoch). None for an epoch the log lacks: a run resumed before
+    `robustnlu.resume.ResumableCSVLogger` lost the rows of the epochs it had trained before."""
     path = run.dir.metrics_csv
     if not path.is_file():
         return []
@@ -152,17 +153,27 @@ def valid_curve(run: Run) -> list[float]:
             if row.get("valid/combined"):
                 by_epoch[int(row["epoch"])] = 100.0 * float(row["valid/combined"])
     trained = int(run.results.get("epochs_trained") or len(by_epoch))
-    return [by_epoch[e] for e in sorted(by_epoch) if e < trained]
+    return [by_epoch.get(epoch) for epoch in range(trained)] if by_epoch else []
+
+
+def last_epoch_gain(curve: Sequence[float | None]) -> float | None:
+    """How much valid COMBINED rose in the last epoch (points); None if either epoch is missing."""
+    if len(curve) < 2 or curve[-1] is None or curve[-2] is None:
+        return None
+    return curve[-1] - curve[-2]
 
 
 def valid_curves_markdown(runs: Sequence[Run]) -> str:
     curves = {r.path.name: valid_curve(r) for r in runs}
     width = max([len(c) for c in curves.values()], default=0)
-    rows = []
-    for name, curve in curves.items():
-        last = fmt(curve[-1] - curve[-2], sign=True) if len(curve) > 1 else ""
-        rows.append([name, *[fmt(v) for v in curve] + [""] * (width - len(curve)), last])
-    return markdown(["run", *[f"epoch {e + 1}" for e in range(width)], "last − previous (points)"], rows)
+    rows = [[name, *[fmt(v) for v in curve] + [""] * (width - len(curve)), fmt(last_epoch_gain(curve), sign=True)]
+            for name, curve in curves.items()]
+    table = markdown(["run", *[f"epoch {e + 1}" for e in range(width)], "last − previous (points)"], rows)
+    if any(None in curve for curve in curves.values()):
+        table += ("\nA blank epoch: the run was resumed from a checkpoint before the fix of 2026-11-24, and "
+                  "its log lost the epochs trained before the resume (its results are those of the "
+                  "uninterrupted run: tests/test_kill_and_resume.py).\n")
+    return table
 
 
 def last_epoch_gains_markdown(runs: Sequence[Run]) -> str:
@@ -170,9 +181,9 @@ def last_epoch_gains_markdown(runs: Sequence[Run]) -> str:
     epoch, in points — whether the one budget left a method still learning."""
     gains: dict[str, list[float]] = defaultdict(list)
     for run in runs:
-        curve = valid_curve(run)
-        if len(curve) > 1:
-            gains[run.method].append(curve[-1] - curve[-2])
+        gain = last_epoch_gain(valid_curve(run))
+        if gain is not None:
+            gains[run.method].append(gain)
     rows = [[method, len(gains[method]), fmt(float(np.mean(gains[method])), sign=True),
              fmt(min(gains[method]), sign=True), fmt(max(gains[method]), sign=True)]
             for method in sorted(gains, key=method_order)]

@@ -66,9 +66,9 @@ def callbacks() -> MapOf:
 def loggers() -> MapOf:
     """conf/logger/: CSV and W&B (any other logger class that imports is allowed)."""
     return MapOf(by_target((
-        instance("pytorch_lightning.loggers.CSVLogger", {"save_dir": text(), "name": text(),
-                                                        "version": AnyOf((text(), integer(NON_NEGATIVE), choice("")),
-                                                                         "must be a string or a version number")}),
+        *(instance(target, {"save_dir": text(), "name": text(),
+                            "version": AnyOf((text(), integer(NON_NEGATIVE), choice("")), "must be a string or a version number")})
+          for target in ("robustnlu.resume.ResumableCSVLogger", "pytorch_lightning.loggers.CSVLogger")),
         instance("pytorch_lightning.loggers.WandbLogger", {"save_dir": text(null=True), "mode": choice("offline", "online", "disabled"),
                                                           "project": text(), "name": text(), "group": text(),
                                                           "job_type": text(), "tags": Seq(text()),

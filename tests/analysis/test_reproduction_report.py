@@ -23,7 +23,7 @@ from robustnlu.analysis.significance import (  # noqa: E402
     counts_array,
     metric_from_sums,
 )
-from robustnlu.analysis.reproduction_tables import valid_curve  # noqa: E402
+from robustnlu.analysis.reproduction_tables import last_epoch_gain, valid_curve, valid_curves_markdown  # noqa: E402
 from robustnlu.analysis.runs import MIN_CLUSTER_SIZE, Run, worst_cluster  # noqa: E402
 from robustnlu.rundir import read_predictions  # noqa: E402
 from robustnlu.scenario import Scenario  # noqa: E402
@@ -247,6 +247,25 @@ def test_erm_curve_leaves_out_the_evaluation_after_training(records):
     run = reproduction.read_records(records).runs[reproduce.Run(Scenario("snips", "slot_value", False, "ood"), "erm", 1).name]
     assert valid_curve(run) == pytest.approx([100 * (v + 0.01) for v in EPOCH_CURVE[:-1]]
                                              + [100 * (EPOCH_CURVE[-1] + 0.01 + LAST_EPOCH_BUMP)])
+
+
+def test_a_curve_with_epochs_lost_by_an_old_resume_leaves_them_blank(records, tmp_path):
+    """A record of a run resumed in its third epoch before the CSV log kept earlier rows: its
+    metrics.csv starts at epoch 2 (0-based). The curve has None there, not the later epochs
+    shifted to the front, and the table leaves them blank and says why."""
+    name = reproduce.Run(Scenario("snips", "slot_value", False, "ood"), "erm", 1).name
+    shutil.copytree(records / name, tmp_path / name)
+    log = (tmp_path / name / "metrics.csv").read_text().splitlines()
+    (tmp_path / name / "metrics.csv").write_text("\n".join([log[0], *[line for line in log[1:] if int(line.split(",")[0]) >= 2]]) + "\n")
+    run = reproduction.read_records(tmp_path).runs[name]
+    expected = [100 * (v + 0.01) for v in EPOCH_CURVE[2:-1]] + [100 * (EPOCH_CURVE[-1] + 0.01 + LAST_EPOCH_BUMP)]
+    assert valid_curve(run)[:2] == [None, None] and valid_curve(run)[2:] == pytest.approx(expected)
+    assert last_epoch_gain(valid_curve(run)) == pytest.approx(expected[-1] - expected[-2])
+    assert last_epoch_gain([None, 95.0]) is None and last_epoch_gain([95.0]) is None
+    table = valid_curves_markdown([run])
+    assert table_row(table, name)[1:3] == ["", ""] and table_row(table, name)[3] == f"{expected[0]:.2f}"
+    assert "lost the epochs trained before the resume" in table
+    assert "lost the epochs" not in valid_curves_markdown([reproduction.read_records(records).runs[name]])
 
 
 def test_the_last_epoch_gains_of_every_method_compared(records, report):
