@@ -14,10 +14,15 @@ The plan (`plan`), one training budget for every method (`BUDGET`):
 - Part B, DRO vs ERM (core paper Q4, Tables 11-12, Figure 2): the three TopK methods with their
   chosen k on SNIPS' 4 full-drift scenarios, seeds 0 and 1 (ERM's runs are Part A's);
 - Part C, as compute allows (planned last): Group-DRO (the paper's weakest method, Figure 2) on
-  the same scenarios and seeds, with its default settings (conf/method/group_dro.yaml).
+  the same scenarios and seeds, with its default settings (conf/method/group_dro.yaml);
+- Part D, the budget check, as compute allows: ERM, TopK-Group and TopK-AE (the methods Part B
+  left furthest from a plateau) on the k-search scenario, seed 0, each trained to its own plateau
+  (`PLATEAU_BUDGET`: more epochs, with early stopping on valid COMBINED, as the paper trains), to tell a method that fails at the fixed budget from one
+  that is only slower to train.
 
 The order (`plan`): SNIPS' full-drift ERM runs of seed 0, the k search, Part B's seed 0, then the
-rest of the DRO comparison (its seed 1, ERM's included), then the rest of Part A, then Part C.
+rest of the DRO comparison (its seed 1, ERM's included), then the rest of Part A, then Part D
+(Part B's open question), then Part C.
 
 The splits are the canonical ones shipped in ``data/seqdrift/`` (drift seed 0), the same on every
 machine. Each run trains in a subprocess (``python -m robustnlu ...``, printed) in
@@ -38,7 +43,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from robustnlu.analysis.reproduction import Design, write
@@ -65,6 +70,12 @@ KINDS = ("slot_value", "slot_context")
 K_GRID = (2, 4, 8, 16)
 K_METHODS = ("topk", "topk_group", "topk_ae")
 C_METHODS = ("group_dro",)
+# Part D (added on 2026-11-24 after Part B: TopK-Group's and TopK-AE's valid COMBINED still rose 0.8
+# and 0.6 points in their 5th epoch): each method to its own plateau, as the paper's early stopping
+D_METHODS = ("erm", "topk_group", "topk_ae")
+#: Part D's budget, in place of BUDGET's epochs: at most 15 epochs, early stopping after 3 without a
+#: better valid COMBINED (conf/callbacks: the monitor is selection.monitor)
+PLATEAU_BUDGET = ("trainer.max_epochs=15", "callbacks.early_stopping.patience=3")
 K_SEARCH_SCENARIO = Scenario("snips", "slot_context", False, "iid")
 
 
@@ -77,11 +88,19 @@ class Run:
     seed: int
     k: int | None = None
     part: str = "A"
+    #: trained to its own plateau (Part D: `PLATEAU_BUDGET`)
+    plateau: bool = False
 
     @property
     def name(self) -> str:
         method = self.method if self.k is None else f"{self.method}-k{self.k}"
-        return f"{self.scenario.name}-{method}-seed{self.seed}"
+        return f"{self.scenario.name}-{method}-seed{self.seed}" + ("-plateau" if self.plateau else "")
+
+    def budget(self) -> list[str]:
+        """`BUDGET`; for a Part D run with `PLATEAU_BUDGET`'s epochs and early stopping."""
+        if not self.plateau:
+            return list(BUDGET)
+        return [*(b for b in BUDGET if not b.startswith("trainer.max_epochs=")), *PLATEAU_BUDGET]
 
     def overrides(self) -> list[str]:
         s = self.scenario
@@ -115,9 +134,9 @@ def chosen_k(records: Path, method: str) -> int | None:
     return min(scores, key=lambda k: (-scores[k], k))
 
 
-def parts(records: Path) -> tuple[list[Run], list[Run], list[Run], list[Run]]:
-    """Part A, the k search, Part B (a TopK method's runs with k None while its k is not chosen)
-    and Part C."""
+def parts(records: Path) -> tuple[list[Run], list[Run], list[Run], list[Run], list[Run]]:
+    """Part A, the k search, Part B (a TopK method's runs with k None while its k is not chosen),
+    Part C and Part D (likewise)."""
     part_a = [Run(s, "erm", seed) for seed in SEEDS for d in ("snips", "atis") for s in scenarios(d)]
     part_b = []
     for seed in SEEDS:
@@ -126,12 +145,14 @@ def parts(records: Path) -> tuple[list[Run], list[Run], list[Run], list[Run]]:
             part_b += [Run(s, method, seed, k, part="B") for s in scenarios("snips", full_only=True)]
     part_c = [Run(s, method, seed, part="C") for seed in SEEDS for method in C_METHODS
               for s in scenarios("snips", full_only=True)]
-    return part_a, k_search_runs(), part_b, part_c
+    part_d = [Run(K_SEARCH_SCENARIO, method, 0, chosen_k(records, method) if method in K_METHODS else None, part="D",
+                  plateau=True) for method in D_METHODS]
+    return part_a, k_search_runs(), part_b, part_c, part_d
 
 
 def plan(records: Path) -> list[Run]:
     """Every run of the study in the order they are run (the first comparisons first)."""
-    part_a, k_runs, part_b, part_c = parts(records)
+    part_a, k_runs, part_b, part_c, part_d = parts(records)
     snips_full = [r for r in part_a if r.scenario.dataset == "snips" and not r.scenario.partial]
     first = [r for r in snips_full if r.seed == 0]
     ordered = first + k_runs + [r for r in part_b if r.seed == 0]
@@ -139,11 +160,11 @@ def plan(records: Path) -> list[Run]:
     ordered += [r for r in snips_full + part_b if r not in ordered]
     ordered += [r for r in part_a + part_b if r not in ordered and r.scenario.dataset == "snips"]
     ordered += [r for r in part_a if r not in ordered]
-    ordered += part_c
-    # a Part B run whose k is not chosen yet waits; the k-search run it equals is not trained twice
+    ordered += part_d + part_c
+    # a Part B or D run whose k is not chosen yet waits; the k-search run it equals is not trained twice
     ready, seen = [], set()
     for run in ordered:
-        if run.part == "B" and run.k is None:
+        if run.part in ("B", "D") and run.method in K_METHODS and run.k is None:
             continue
         if run.name not in seen:
             seen.add(run.name)
@@ -186,7 +207,7 @@ def commit(repo: Path, record: Path, message: str) -> bool:
 def training_overrides(run: Run, extra: list[str]) -> list[str]:
     """What ``python -m robustnlu`` gets for ``run``: its scenario and method, the budget, the user's
     ``extra`` overrides (the run directory and ``resume=true`` come on top)."""
-    return [*run.overrides(), *BUDGET, *QUIET, *extra]
+    return [*run.overrides(), *run.budget(), *QUIET, *extra]
 
 
 def check_overrides(runs: list[Run], extra: list[str]) -> None:
@@ -220,14 +241,16 @@ def train(run: Run, repo: Path, records: Path, runs: Path, extra: list[str], do_
 
 def report_design(records: Path) -> Design:
     """What the report (`robustnlu.analysis.reproduction`) needs to know of the plan."""
-    part_a, k_runs, part_b, part_c = parts(records)
+    part_a, k_runs, part_b, part_c, part_d = parts(records)
     k_search: dict[str, dict[int, str]] = {}
     for run in k_runs:
         k_search.setdefault(run.method, {})[run.k] = run.name
     return Design(parts={"A": [r.name for r in part_a], "k": [r.name for r in k_runs],
-                         "B": [r.name for r in part_b], "C": [r.name for r in part_c]},
+                         "B": [r.name for r in part_b], "C": [r.name for r in part_c], "D": [r.name for r in part_d]},
                   k_search=k_search, chosen_k={m: chosen_k(records, m) for m in K_METHODS}, budget=BUDGET,
-                  k_scenario=K_SEARCH_SCENARIO.name)
+                  k_scenario=K_SEARCH_SCENARIO.name,
+                  plateau_reference={r.name: replace(r, plateau=False).name for r in part_d},
+                  plateau_budget=PLATEAU_BUDGET)
 
 
 def report_main(argv: list[str]) -> int:

@@ -6,7 +6,7 @@ scenario, method (with k) and seed. `Design` is what the driver planned."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from robustnlu.rundir import RunDir
 
 @dataclass(frozen=True)
 class Design:
-    """What the driver planned (`robustnlu.reproduce`): run names per part ("A", "k", "B"), the
+    """What the driver planned (`robustnlu.reproduce`): run names per part ("A", "k", "B", "C", "D"), the
     k-search runs (method → k → name) and the k chosen per method (None: search unfinished)."""
 
     parts: dict[str, list[str]]
@@ -24,6 +24,11 @@ class Design:
     chosen_k: dict[str, int | None]
     budget: tuple[str, ...]
     k_scenario: str
+    #: Part D: each run trained to its own plateau → the run of its method, scenario and seed at
+    #: the fixed budget
+    plateau_reference: dict[str, str] = field(default_factory=dict)
+    #: Part D's overrides in place of ``budget``'s epochs
+    plateau_budget: tuple[str, ...] = ()
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -62,12 +63,12 @@ def table10_markdown(rows: Sequence[dict[str, Any]]) -> str:
                       fmt(r["combined"], sign=True)] for r in rows])
 
 
-def method_label(stats: MethodStats) -> str:
-    """Our name (with k) and the paper's, e.g. ``topk (k=4) = TOPK``."""
-    config = stats.runs[0].results.get("config", {}).get("method", {})
+def method_label(run: Run) -> str:
+    """The run's method: our name (with k) and the paper's, e.g. ``topk (k=4) = TOPK``."""
+    config = run.results.get("config", {}).get("method", {})
     k = config.get("k")
-    theirs = paper.paper_method(stats.method, config.get("assignment"))
-    return f"{stats.method}" + (f" (k={k})" if k is not None else "") + (f" = {theirs}" if theirs else "")
+    theirs = paper.paper_method(run.method, config.get("assignment"))
+    return f"{run.method}" + (f" (k={k})" if k is not None else "") + (f" = {theirs}" if theirs else "")
 
 
 def method_summary(stats: Sequence[MethodStats], comparisons: Sequence[Comparison],
@@ -84,7 +85,7 @@ def method_summary(stats: Sequence[MethodStats], comparisons: Sequence[Compariso
                 and (method != BASELINE or s.scenario in compared)]
         if not mine:
             continue
-        row: dict[str, Any] = {"method": method, "label": method_label(mine[0]), "scenarios": len(mine),
+        row: dict[str, Any] = {"method": method, "label": method_label(mine[0].runs[0]), "scenarios": len(mine),
                                "runs": sum(s.n for s in mine)}
         for key in REPRODUCTION_SUMMARY:
             row[key] = _mean([s.stats[key][0] for s in mine])
@@ -193,6 +194,45 @@ def last_epoch_gains_markdown(runs: Sequence[Run]) -> str:
 # --------------------------------------------------------------------------- splits, clusters
 
 
+def best_epoch(run: Run) -> int | None:
+    """The epoch (1-based) of the run's best checkpoint, ``checkpoints/best-epochNNN.ckpt`` (NNN 0-based)."""
+    match = re.search(r"epoch(\d+)", run.results.get("best_checkpoint") or "")
+    return int(match.group(1)) + 1 if match else None
+
+
+def plateau_table(records: Records, design: Design, comparisons: Sequence[Comparison]) -> str:
+    """Part D: each method's run to its own plateau (epochs trained, the best-valid epoch, valid
+    and test COMBINED, test slot F1, test COMBINED's change to ERM's run of the same budget and
+    the paired test's p) beside its run at the fixed budget (test COMBINED and its change to ERM's
+    run at that budget). ``comparisons``: `compare_to_baseline` over the Part D runs alone."""
+    tested = {c.method: c for c in comparisons if c.pairs}
+    reference = design.plateau_reference
+    erm = [n for n in design.parts.get("D", []) if n in records.runs and records.runs[n].method == BASELINE]
+    erm_fixed = records.runs.get(reference.get(erm[0], "")) if erm else None
+    rows = []
+    for name in sorted(design.parts.get("D", []), key=lambda n: (records.runs[n].method != BASELINE, n)
+                       if n in records.runs else (True, n)):
+        run = records.runs.get(name)
+        if run is None:
+            rows.append([name, "not recorded", *[""] * 9])
+            continue
+        fixed = records.runs.get(reference.get(name, ""))
+        test = run.results["metrics"]["test"]
+        comparison = tested.get(run.method)
+        p = comparison.verdicts["combined"].tests[0].p_value if comparison else None
+        fixed_change = (relative_change(_pct(fixed.results["metrics"]["test"], "combined"),
+                                        _pct(erm_fixed.results["metrics"]["test"], "combined"))
+                        if fixed is not None and erm_fixed is not None and run.method != BASELINE else None)
+        rows.append([method_label(run), run.results["epochs_trained"], best_epoch(run),
+                     fmt(_pct(run.results["metrics"]["valid"], "combined")), fmt(_pct(test, "combined")),
+                     fmt(_pct(test, "slot_f1")), fmt(comparison.changes["combined"], sign=True) if comparison else "",
+                     fmt(p, digits=4), fmt(_pct(fixed.results["metrics"]["test"], "combined")) if fixed else "not recorded",
+                     fmt(fixed_change, sign=True), fmt(last_epoch_gain(valid_curve(fixed)), sign=True) if fixed else ""])
+    return markdown(["method", "epochs trained", "best epoch", "valid COMBINED %", "test COMBINED %", "test slot F1 %",
+                     "test COMBINED vs ERM %", "p (paired, vs ERM)", "fixed budget: test COMBINED %",
+                     "fixed budget: vs ERM %", "fixed budget: last-epoch gain (points)"], rows)
+
+
 def drift_table(runs: Sequence[Run]) -> str:
     """One row per scenario: the split of its first record (by name); a scenario whose records
     disagree on the split (split_key) is marked."""
@@ -232,7 +272,7 @@ def worst_cluster_table(stats: Sequence[MethodStats], min_size: int = MIN_CLUSTE
         if not floor[0][2]:
             continue
         kept = [100 * v for v, _, _ in floor if v is not None]
-        rows.append([s.scenario.dataset, s.scenario.label, method_label(s), s.n, fmt(_mean(kept)),
+        rows.append([s.scenario.dataset, s.scenario.label, method_label(s.runs[0]), s.n, fmt(_mean(kept)),
                      f"{floor[0][1]} of {floor[0][2]}",
                      fmt(_mean([100 * v for v in anything if v is not None]))])
     return markdown(["dataset", "scenario", "method", "runs", f"worst-cluster COMBINED % (≥ {min_size} test utt.)",

@@ -42,6 +42,9 @@ B_SCENARIOS = (("snips", "slot_context", False, "iid"), ("snips", "slot_value", 
 # Part A records: every SNIPS full scenario of the comparison, one partial one and one ATIS one
 A_SCENARIOS = B_SCENARIOS + (("snips", "slot_context", True, "iid"), ("atis", "slot_value", False, "iid"))
 EPOCH_CURVE = (0.60, 0.70, 0.74, 0.75)
+# Part D: trained on to epoch 8, the best valid at epoch 6 (early stopping 2 later); other rows right
+PLATEAU_CURVE = (0.60, 0.70, 0.74, 0.75, 0.76, 0.78, 0.77, 0.775)
+PLATEAU_ROWS = 5  # _vary's row offset for Part D runs
 LAST_EPOCH_BUMP = 0.002  # seed 1's last epoch gains 0.2 points more than seed 0's
 
 
@@ -73,6 +76,7 @@ GPU = {"accelerator": "cuda", "name": "NVIDIA H100 80GB HBM3", "processes": 1}
 
 
 def make_record(records: Path, run: reproduce.Run, part: str) -> None:
+    curve = PLATEAU_CURVE if run.plateau else EPOCH_CURVE
     base = json.loads((FIXTURE / "results.json").read_text())
     record = records / run.name
     (record / "predictions").mkdir(parents=True)
@@ -85,7 +89,7 @@ def make_record(records: Path, run: reproduce.Run, part: str) -> None:
     scenario_shift = 0.01 * (A_SCENARIOS + B_SCENARIOS).index(
         (s.dataset, s.drift, s.partial, s.validation)) if run.part != "k" else 0.0
     for split in ("valid", "test"):
-        rows = _vary(_rows(split), run.method, run.seed)
+        rows = _vary(_rows(split), run.method, run.seed + PLATEAU_ROWS * run.plateau)
         with gzip.open(record / "predictions" / f"{split}.jsonl.gz", "wt") as handle:
             handle.writelines(json.dumps(r) + "\n" for r in rows)
         # valid: shifted so that ERM's drop differs per scenario; the k search sets valid COMBINED
@@ -94,16 +98,17 @@ def make_record(records: Path, run: reproduce.Run, part: str) -> None:
     if run.part == "k":
         results["metrics"]["valid"]["combined"] = K_VALID[(run.method, run.k)]
     results["metrics"]["test"].update(groups)
-    results["epochs_trained"] = len(EPOCH_CURVE)
+    results["epochs_trained"] = len(curve)
+    results["best_checkpoint"] = f"checkpoints/best-epoch{int(np.argmax(curve)):03d}.ckpt"
     if run.seed == 1:  # seed 0's records are like those written before results.json said the AdamW kernel
         results["optimizer_fused"] = True
     if part == "C":  # trained on a GPU (results.json's device); the others like the fixture, before it said one
         results["device"] = GPU
     (record / "results.json").write_text(json.dumps(results))
     lines = ["epoch,step,valid/combined,train/loss_epoch"]
-    lines += [f"{e},{10 * e + 9},{v + 0.01 * run.seed + LAST_EPOCH_BUMP * run.seed * (e == len(EPOCH_CURVE) - 1)},"
-              f"\n{e},{10 * e + 9},,1.0" for e, v in enumerate(EPOCH_CURVE)]
-    lines.append(f"{len(EPOCH_CURVE)},{10 * len(EPOCH_CURVE)},0.99,")  # the evaluation after training
+    lines += [f"{e},{10 * e + 9},{v + 0.01 * run.seed + LAST_EPOCH_BUMP * run.seed * (e == len(curve) - 1)},"
+              f"\n{e},{10 * e + 9},,1.0" for e, v in enumerate(curve)]
+    lines.append(f"{len(curve)},{10 * len(curve)},0.99,")  # the evaluation after training
     (record / "metrics.csv").write_text("\n".join(lines) + "\n")
     meta = json.loads((FIXTURE / "meta.json").read_text()) | {"part": part, "wall_time_s": 600.0 + 60 * run.seed}
     (record / "meta.json").write_text(json.dumps(meta))
@@ -123,6 +128,8 @@ def records(tmp_path_factory) -> Path:
                 if not (root / run.name).exists():  # the k-search run it equals
                     make_record(root, run, "B")
             make_record(root, reproduce.Run(Scenario(*scenario), "group_dro", seed, part="C"), "C")
+    for method in ("erm", "topk_group"):  # Part D: TopK-AE's run not recorded
+        make_record(root, plateau_run(method), "D")
     return root
 
 
@@ -149,6 +156,10 @@ def section(text: str, title: str) -> str:
     return text.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
 
 
+def plateau_run(method: str) -> reproduce.Run:
+    return reproduce.Run(reproduce.K_SEARCH_SCENARIO, method, 0, CHOSEN.get(method), part="D", plateau=True)
+
+
 def test_the_report_regenerates_byte_for_byte(records, report, tmp_path):
     assert sorted(p.name for p in report.iterdir()) == sorted(("report.md", *reproduction.FIGURES))
     again = tmp_path / "again"
@@ -166,6 +177,7 @@ def test_status_lines_count_the_recorded_runs(report):
     assert "- k search: 12 of 12 runs recorded" in text
     assert "2 seeds): 9 of 24 runs recorded" in text
     assert "- Part C (Group-DRO on SNIPS' full-drift scenarios, 2 seeds; as compute allows): 4 of 8 runs recorded" in text
+    assert "seed 0; as compute allows): 2 of 3 runs recorded" in text
     assert reproduction.PLACEHOLDER in section(text, "Reading")
 
 
@@ -281,6 +293,32 @@ def test_the_last_epoch_gains_of_every_method_compared(records, report):
                                                f"{max(gains):+.2f}"]
 
 
+def test_part_d_recomputed_from_the_records(records, report):
+    """Each method to its own plateau: its numbers, the paired test against ERM's Part D run
+    (recomputed from the predictions) and its run at the fixed budget (the k-search record)."""
+    text = section((report / "report.md").read_text(), "Part D")
+    erm, group = results(records, plateau_run("erm").name), results(records, plateau_run("topk_group").name)
+    assert table_row(text, "erm = ERM")[1:7] == ["8", "6", f"{100 * erm['metrics']['valid']['combined']:.2f}",
+                                          f"{100 * erm['metrics']['test']['combined']:.2f}",
+                                          f"{100 * erm['metrics']['test']['slot_f1']:.2f}", ""]
+    row = table_row(text, "topk_group (k=2) = TOPK-GROUP")
+    g, e = group["metrics"]["test"]["combined"], erm["metrics"]["test"]["combined"]
+    assert row[6] == f"{100 * (g - e) / e:+.2f}" and g != pytest.approx(e)
+    test = approximate_randomization(read_predictions(records / plateau_run("topk_group").name / "predictions" / "test.jsonl.gz"),
+                                     read_predictions(records / plateau_run("erm").name / "predictions" / "test.jsonl.gz"),
+                                     "combined", rounds=10_000, seed=0)
+    assert row[7] == f"{test.p_value:.4f}"
+    fixed = results(records, reproduce.Run(reproduce.K_SEARCH_SCENARIO, "topk_group", 0, 2).name)["metrics"]["test"]
+    fixed_erm = results(records, reproduce.Run(reproduce.K_SEARCH_SCENARIO, "erm", 0).name)["metrics"]["test"]
+    assert fixed["combined"] != pytest.approx(g)  # the fixed-budget run, not the Part D one
+    assert row[8:] == [f"{100 * fixed['combined']:.2f}",
+                       f"{100 * (fixed['combined'] - fixed_erm['combined']) / fixed_erm['combined']:+.2f}",
+                       f"{100 * (EPOCH_CURVE[-1] - EPOCH_CURVE[-2]):+.2f}"]
+    assert table_row(text, plateau_run("topk_ae").name)[1] == "not recorded"
+    curve = table_row(text, plateau_run("topk_group").name)
+    assert curve[1:] == [f"{100 * v:.2f}" for v in PLATEAU_CURVE] + [f"{100 * (PLATEAU_CURVE[-1] - PLATEAU_CURVE[-2]):+.2f}"]
+
+
 def test_drift_table_reads_split_stats(records, report):
     text = section((report / "report.md").read_text(), "The splits")
     splits = json.loads((FIXTURE / "results.json").read_text())["drift"]["split_stats"]["splits"]
@@ -353,21 +391,24 @@ def test_copied_real_record_reads_as_is(tmp_path):
 def test_the_plan_releases_part_b_with_the_chosen_k(records, tmp_path, capsys):
     """`parts` (shared by the plan and the report): 32 + 12 + 24 + 8 runs, 73 distinct (the k-search runs
     with the chosen k are Part B's seed-0 runs on the k-search scenario); without records, Part B waits."""
-    part_a, k_runs, part_b, part_c = reproduce.parts(records)
-    assert (len(part_a), len(k_runs), len(part_b), len(part_c)) == (32, 12, 24, 8)
+    part_a, k_runs, part_b, part_c, part_d = reproduce.parts(records)
+    assert (len(part_a), len(k_runs), len(part_b), len(part_c), len(part_d)) == (32, 12, 24, 8, 3)
     assert {r.k for r in part_b} == set(CHOSEN.values())
+    assert {(r.method, r.k) for r in part_d} == {("erm", None), ("topk_group", 2), ("topk_ae", 8)}
     names = [r.name for r in reproduce.plan(records)]
-    assert len(names) == len(set(names)) == 73
-    assert set(names) == {r.name for r in part_a + k_runs + part_b + part_c}
-    assert {r.part for r in reproduce.plan(records)[-len(part_c):]} == {"C"}  # as compute allows: last
+    assert len(names) == len(set(names)) == 76
+    assert set(names) == {r.name for r in part_a + k_runs + part_b + part_c + part_d}
+    # as compute allows, last: Part D (Part B's open question), then Part C
+    assert [r.part for r in reproduce.plan(records)[-11:]] == ["D"] * 3 + ["C"] * 8
     # the DRO comparison's runs (SNIPS full drift, both seeds) before the rest of Part A
     planned = reproduce.plan(records)
     last_b = max(i for i, r in enumerate(planned) if r.part == "B")
     assert all(r.scenario.dataset == "snips" and not r.scenario.partial for r in planned[:last_b + 1])
     assert [r.part for r in reproduce.plan(tmp_path)].count("B") == 0
+    assert [r.method for r in reproduce.plan(tmp_path) if r.part == "D"] == ["erm"]  # the others wait for their k
     assert reproduce.main(["--list", "--records", str(records)]) == 0
     listed = capsys.readouterr().out.splitlines()
-    assert sum(line.startswith("recorded") for line in listed) == 8 + 12 + 9 - 3 + 4
+    assert sum(line.startswith("recorded") for line in listed) == 8 + 12 + 9 - 3 + 4 + 2
 
 
 def test_the_reading_is_kept_when_the_report_is_rebuilt(records, tmp_path):
