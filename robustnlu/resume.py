@@ -7,7 +7,7 @@ early stopping) it holds what an exact continuation needs besides: the data posi
 batches of it already trained, `SLUDataModule.state_dict`), the torch RNG states and the
 objective's running state and own optimisers (`SLUModule.on_save_checkpoint`). A run resumed
 from it trains on the batches the uninterrupted run had left, with the same random draws, and
-ends with the same result (tests/test_resume.py kills a run with SIGKILL to check that).
+ends with the same result (tests/test_kill_and_resume.py kills a run with SIGKILL to check that).
 
 `resume_point` decides what a run with ``resume=true`` does in its run directory: return the
 stored result of a run that finished, continue from ``last.ckpt``, or start (nothing there yet).
@@ -31,13 +31,12 @@ from typing import Any
 
 from lightning_fabric.loggers.logger import rank_zero_experiment
 from pytorch_lightning.callbacks import Checkpoint
-from pytorch_lightning.loggers import CSVLogger
+from pytorch_lightning.loggers import CSVLogger, WandbLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
-
-from robustnlu.io import atomic_write_text
 
 from robustnlu.checkpoint import read_checkpoint
 from robustnlu.errors import DataError, ResumeError
+from robustnlu.io import atomic_write_json, atomic_write_text
 from robustnlu.rundir import LAST_CHECKPOINT, RunDir
 
 WANDB_RECORD = "wandb.json"
@@ -177,10 +176,6 @@ def record_wandb_run(out_dir: Path, trainer) -> None:
     """``<run dir>/wandb.json``: the id, name and folder of the W&B run this run logs into (its
     files may live outside the run directory: a sweep's runs share ``<sweep dir>/wandb/``).
     Written by the rank-0 process when the run starts, with ``logger=wandb`` only."""
-    from pytorch_lightning.loggers import WandbLogger
-
-    from robustnlu.io import atomic_write_json
-
     for lg in trainer.loggers:
         if isinstance(lg, WandbLogger) and trainer.is_global_zero:
             run = lg.experiment
