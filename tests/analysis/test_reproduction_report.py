@@ -427,3 +427,14 @@ def test_the_hardware_table_names_the_gpu_of_a_run_that_trained_on_one(report):
     part_a, part_c = table_row(text, "A"), table_row(text, "C")
     assert part_a[-1] == f"{cpu}, 2 cores ({part_a[1]})"  # every run of the part, on the fixture's CPU
     assert part_c[-1] == f"NVIDIA H100 80GB HBM3 x 1 ({part_c[1]})" and int(part_c[1]) > 0
+
+
+def test_the_committed_report_is_what_the_committed_records_give(tmp_path):
+    """docs/reproduction/: report.md and its figures are rebuilt byte for byte from the committed
+    records and reading.md (issue 17 acceptance), so a change to a record or to the report's code
+    comes with the regenerated report."""
+    docs = Path(__file__).resolve().parents[2] / "docs" / "reproduction"
+    shutil.copy(docs / reproduction.READING, tmp_path)
+    reproduction.write(docs / "records", reproduce.report_design(docs / "records"), tmp_path)
+    for name in ("report.md", *reproduction.FIGURES):
+        assert (tmp_path / name).read_bytes() == (docs / name).read_bytes(), name
