@@ -438,3 +438,19 @@ def test_the_committed_report_is_what_the_committed_records_give(tmp_path):
     reproduction.write(docs / "records", reproduce.report_design(docs / "records"), tmp_path)
     for name in ("report.md", *reproduction.FIGURES):
         assert (tmp_path / name).read_bytes() == (docs / name).read_bytes(), name
+
+
+def test_the_readme_headline_quotes_the_committed_report():
+    """README's "What the reproduction found" table: each method's COMBINED, change to ERM, the
+    significance counts and the paper's Table 14 columns as the committed report's Q4 table has them."""
+    repo = Path(__file__).resolve().parents[2]
+    readme = (repo / "README.md").read_text()
+    headline = readme[readme.index("**What the reproduction found**"):readme.index("**Versions.**")]
+    report = section((repo / "docs" / "reproduction" / "report.md").read_text(), "Q4")
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in headline.splitlines()
+            if line.startswith("| ") and not line.startswith("| method")]
+    assert [row[0] for row in rows] == [table_row(report, row[0])[0] for row in rows] and len(rows) == 4
+    for row in rows:
+        ours = table_row(report, row[0])
+        assert row[1:4] == [ours[3], ours[4], ours[9]], row[0]
+        assert row[4] == (f"{ours[13]}, {ours[15]}" if ours[13] else ""), row[0]
