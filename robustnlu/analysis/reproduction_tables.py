@@ -201,33 +201,37 @@ def best_epoch(run: Run) -> int | None:
 
 
 def plateau_table(records: Records, design: Design, comparisons: Sequence[Comparison]) -> str:
-    """Part D: each method's run to its own plateau (epochs trained, the best-valid epoch, valid
-    and test COMBINED, test slot F1, test COMBINED's change to ERM's run of the same budget and
-    the paired test's p) beside its run at the fixed budget (test COMBINED and its change to ERM's
-    run at that budget). ``comparisons``: `compare_to_baseline` over the Part D runs alone."""
+    """Part D, in the plan's order (ERM first): each method's run to its own plateau (epochs
+    trained, the best-valid epoch, valid and test COMBINED, test slot F1, test COMBINED's change to
+    ERM's run of the same budget and the paired test's p) beside its run at the fixed budget (test
+    COMBINED, its change to ERM's run at that budget, its last-epoch gain). ``comparisons``:
+    `compare_to_baseline` over the Part D runs alone."""
     tested = {c.method: c for c in comparisons if c.pairs}
-    reference = design.plateau_reference
-    erm = [n for n in design.parts.get("D", []) if n in records.runs and records.runs[n].method == BASELINE]
-    erm_fixed = records.runs.get(reference.get(erm[0], "")) if erm else None
+    names = design.parts.get("D", [])
+
+    def fixed_budget(name: str) -> Run | None:
+        return records.runs.get(design.plateau_reference.get(name, ""))
+
+    def combined(run: Run, split: str = "test") -> float:
+        return _pct(run.results["metrics"][split], "combined")
+
+    erm_fixed = next((fixed_budget(n) for n in names if n in records.runs and records.runs[n].method == BASELINE), None)
     rows = []
-    for name in sorted(design.parts.get("D", []), key=lambda n: (records.runs[n].method != BASELINE, n)
-                       if n in records.runs else (True, n)):
-        run = records.runs.get(name)
+    for name in names:
+        run, fixed = records.runs.get(name), fixed_budget(name)
         if run is None:
             rows.append([name, "not recorded", *[""] * 9])
             continue
-        fixed = records.runs.get(reference.get(name, ""))
-        test = run.results["metrics"]["test"]
         comparison = tested.get(run.method)
-        p = comparison.verdicts["combined"].tests[0].p_value if comparison else None
-        fixed_change = (relative_change(_pct(fixed.results["metrics"]["test"], "combined"),
-                                        _pct(erm_fixed.results["metrics"]["test"], "combined"))
-                        if fixed is not None and erm_fixed is not None and run.method != BASELINE else None)
-        rows.append([method_label(run), run.results["epochs_trained"], best_epoch(run),
-                     fmt(_pct(run.results["metrics"]["valid"], "combined")), fmt(_pct(test, "combined")),
-                     fmt(_pct(test, "slot_f1")), fmt(comparison.changes["combined"], sign=True) if comparison else "",
-                     fmt(p, digits=4), fmt(_pct(fixed.results["metrics"]["test"], "combined")) if fixed else "not recorded",
-                     fmt(fixed_change, sign=True), fmt(last_epoch_gain(valid_curve(fixed)), sign=True) if fixed else ""])
+        rows.append([
+            method_label(run), run.results["epochs_trained"], best_epoch(run), fmt(combined(run, "valid")),
+            fmt(combined(run)), fmt(_pct(run.results["metrics"]["test"], "slot_f1")),
+            fmt(comparison.changes["combined"], sign=True) if comparison else "",
+            fmt(comparison.verdicts["combined"].tests[0].p_value, digits=4) if comparison else "",
+            fmt(combined(fixed)) if fixed else "not recorded",
+            fmt(relative_change(combined(fixed), combined(erm_fixed)), sign=True)
+            if fixed and erm_fixed and run.method != BASELINE else "",
+            fmt(last_epoch_gain(valid_curve(fixed)), sign=True) if fixed else ""])
     return markdown(["method", "epochs trained", "best epoch", "valid COMBINED %", "test COMBINED %", "test slot F1 %",
                      "test COMBINED vs ERM %", "p (paired, vs ERM)", "fixed budget: test COMBINED %",
                      "fixed budget: vs ERM %", "fixed budget: last-epoch gain (points)"], rows)
