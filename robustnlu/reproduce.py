@@ -17,8 +17,8 @@ The plan (`plan`), one training budget for every method (`BUDGET`):
   the same scenarios and seeds, with its default settings (conf/method/group_dro.yaml);
 - Part D, the budget check, as compute allows: ERM, TopK-Group and TopK-AE (the methods Part B
   left furthest from a plateau) on the k-search scenario, seed 0, each trained to its own plateau
-  (`PLATEAU_BUDGET`: more epochs, with early stopping on valid COMBINED, as the paper trains), to tell a method that fails at the fixed budget from one
-  that is only slower to train.
+  (`PLATEAU_BUDGET`: more epochs, with early stopping on valid COMBINED, as the paper trains), to
+  tell a method that fails at the fixed budget from one that is only slower to train.
 
 The order (`plan`): SNIPS' full-drift ERM runs of seed 0, the k search, Part B's seed 0, then the
 rest of the DRO comparison (its seed 1, ERM's included), then the rest of Part A, then Part D
@@ -138,15 +138,12 @@ def parts(records: Path) -> tuple[list[Run], list[Run], list[Run], list[Run], li
     """Part A, the k search, Part B (a TopK method's runs with k None while its k is not chosen),
     Part C and Part D (likewise)."""
     part_a = [Run(s, "erm", seed) for seed in SEEDS for d in ("snips", "atis") for s in scenarios(d)]
-    part_b = []
-    for seed in SEEDS:
-        for method in K_METHODS:
-            k = chosen_k(records, method)
-            part_b += [Run(s, method, seed, k, part="B") for s in scenarios("snips", full_only=True)]
+    ks = {method: chosen_k(records, method) for method in K_METHODS}  # each reads the k search's records
+    part_b = [Run(s, method, seed, ks[method], part="B") for seed in SEEDS for method in K_METHODS
+              for s in scenarios("snips", full_only=True)]
     part_c = [Run(s, method, seed, part="C") for seed in SEEDS for method in C_METHODS
               for s in scenarios("snips", full_only=True)]
-    part_d = [Run(K_SEARCH_SCENARIO, method, 0, chosen_k(records, method) if method in K_METHODS else None, part="D",
-                  plateau=True) for method in D_METHODS]
+    part_d = [Run(K_SEARCH_SCENARIO, method, 0, ks.get(method), part="D", plateau=True) for method in D_METHODS]
     return part_a, k_search_runs(), part_b, part_c, part_d
 
 
@@ -164,7 +161,7 @@ def plan(records: Path) -> list[Run]:
     # a Part B or D run whose k is not chosen yet waits; the k-search run it equals is not trained twice
     ready, seen = [], set()
     for run in ordered:
-        if run.part in ("B", "D") and run.method in K_METHODS and run.k is None:
+        if run.method in K_METHODS and run.k is None:
             continue
         if run.name not in seen:
             seen.add(run.name)
