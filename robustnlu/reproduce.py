@@ -18,11 +18,16 @@ The plan (`plan`), one training budget for every method (`BUDGET`):
 - Part D, the budget check, as compute allows: ERM, TopK-Group and TopK-AE (the methods Part B
   left furthest from a plateau) on the k-search scenario, seed 0, each trained to its own plateau
   (`PLATEAU_BUDGET`: more epochs, with early stopping on valid COMBINED, as the paper trains), to
-  tell a method that fails at the fixed budget from one that is only slower to train.
+  tell a method that fails at the fixed budget from one that is only slower to train;
+- Part E, Part D over the whole DRO comparison (issue 29): ERM and the three TopK methods with
+  their chosen k on SNIPS' 4 full-drift scenarios, seeds 0 and 1, each to its own plateau
+  (`PLATEAU_BUDGET`, fixed before Part E's first run); Part D's runs are Part E's where they fit
+  (the same names).
 
 The order (`plan`): SNIPS' full-drift ERM runs of seed 0, the k search, Part B's seed 0, then the
 rest of the DRO comparison (its seed 1, ERM's included), then the rest of Part A, then Part D
-(Part B's open question), then Part C.
+(Part B's open question), then Part E (seed 0 first, each scenario's four methods together, so
+that every finished scenario is a complete comparison; Part D's scenario first), then Part C.
 
 The splits are the canonical ones shipped in ``data/seqdrift/`` (drift seed 0), the same on every
 machine. Each run trains in a subprocess (``python -m robustnlu ...``, printed) in
@@ -76,6 +81,8 @@ D_METHODS = ("erm", "topk_group", "topk_ae")
 #: Part D's budget, in place of BUDGET's epochs: at most 15 epochs, early stopping after 3 without a
 #: better valid COMBINED (conf/callbacks: the monitor is selection.monitor)
 PLATEAU_BUDGET = ("trainer.max_epochs=15", "callbacks.early_stopping.patience=3")
+#: Part E: Part D's methods and plain TopK, i.e. ERM and every method of Part B
+E_METHODS = ("erm", *K_METHODS)
 K_SEARCH_SCENARIO = Scenario("snips", "slot_context", False, "iid")
 
 
@@ -134,9 +141,9 @@ def chosen_k(records: Path, method: str) -> int | None:
     return min(scores, key=lambda k: (-scores[k], k))
 
 
-def parts(records: Path) -> tuple[list[Run], list[Run], list[Run], list[Run], list[Run]]:
+def parts(records: Path) -> tuple[list[Run], list[Run], list[Run], list[Run], list[Run], list[Run]]:
     """Part A, the k search, Part B (a TopK method's runs with k None while its k is not chosen),
-    Part C and Part D (likewise)."""
+    Part C, Part D and Part E (likewise)."""
     part_a = [Run(s, "erm", seed) for seed in SEEDS for d in ("snips", "atis") for s in scenarios(d)]
     ks = {method: chosen_k(records, method) for method in K_METHODS}  # each reads the k search's records
     part_b = [Run(s, method, seed, ks[method], part="B") for seed in SEEDS for method in K_METHODS
@@ -144,12 +151,16 @@ def parts(records: Path) -> tuple[list[Run], list[Run], list[Run], list[Run], li
     part_c = [Run(s, method, seed, part="C") for seed in SEEDS for method in C_METHODS
               for s in scenarios("snips", full_only=True)]
     part_d = [Run(K_SEARCH_SCENARIO, method, 0, ks.get(method), part="D", plateau=True) for method in D_METHODS]
-    return part_a, k_search_runs(), part_b, part_c, part_d
+    # Part D's scenario first: its one missing run makes it a complete comparison
+    e_scenarios = sorted(scenarios("snips", full_only=True), key=lambda s: s != K_SEARCH_SCENARIO)
+    part_e = [Run(s, method, seed, ks.get(method), part="E", plateau=True) for seed in SEEDS
+              for s in e_scenarios for method in E_METHODS]
+    return part_a, k_search_runs(), part_b, part_c, part_d, part_e
 
 
 def plan(records: Path) -> list[Run]:
     """Every run of the study in the order they are run (the first comparisons first)."""
-    part_a, k_runs, part_b, part_c, part_d = parts(records)
+    part_a, k_runs, part_b, part_c, part_d, part_e = parts(records)
     snips_full = [r for r in part_a if r.scenario.dataset == "snips" and not r.scenario.partial]
     first = [r for r in snips_full if r.seed == 0]
     ordered = first + k_runs + [r for r in part_b if r.seed == 0]
@@ -157,7 +168,7 @@ def plan(records: Path) -> list[Run]:
     ordered += [r for r in snips_full + part_b if r not in ordered]
     ordered += [r for r in part_a + part_b if r not in ordered and r.scenario.dataset == "snips"]
     ordered += [r for r in part_a if r not in ordered]
-    ordered += part_d + part_c
+    ordered += part_d + part_e + part_c
     # a Part B or D run whose k is not chosen yet waits; the k-search run it equals is not trained twice
     ready, seen = [], set()
     for run in ordered:
@@ -238,12 +249,13 @@ def train(run: Run, repo: Path, records: Path, runs: Path, extra: list[str], do_
 
 def report_design(records: Path) -> Design:
     """What the report (`robustnlu.analysis.reproduction`) needs to know of the plan."""
-    part_a, k_runs, part_b, part_c, part_d = parts(records)
+    part_a, k_runs, part_b, part_c, part_d, part_e = parts(records)
     k_search: dict[str, dict[int, str]] = {}
     for run in k_runs:
         k_search.setdefault(run.method, {})[run.k] = run.name
     return Design(parts={"A": [r.name for r in part_a], "k": [r.name for r in k_runs],
-                         "B": [r.name for r in part_b], "C": [r.name for r in part_c], "D": [r.name for r in part_d]},
+                         "B": [r.name for r in part_b], "C": [r.name for r in part_c], "D": [r.name for r in part_d],
+                         "E": [r.name for r in part_e]},
                   k_search=k_search, chosen_k={m: chosen_k(records, m) for m in K_METHODS}, budget=BUDGET,
                   k_scenario=K_SEARCH_SCENARIO.name,
                   plateau_reference={r.name: replace(r, plateau=False).name for r in part_d},

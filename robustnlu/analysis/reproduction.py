@@ -97,7 +97,9 @@ def status_lines(records: Records, design: Design) -> list[str]:
               "B": "Part B (TopK methods on SNIPS' full-drift scenarios, 2 seeds)",
               "C": "Part C (Group-DRO on SNIPS' full-drift scenarios, 2 seeds; as compute allows)",
               "D": "Part D (ERM, TopK-Group and TopK-AE each to its own plateau, the k-search scenario, seed 0; "
-                   "as compute allows)"}
+                   "as compute allows)",
+              "E": "Part E (ERM and the three TopK methods each to its own plateau on SNIPS' full-drift scenarios, "
+                   "2 seeds; Part D's runs among them)"}
     lines = []
     for part, names in design.parts.items():
         done = sum(n in records.runs for n in set(names))
