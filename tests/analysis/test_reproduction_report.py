@@ -389,23 +389,26 @@ def test_copied_real_record_reads_as_is(tmp_path):
 
 
 def test_the_plan_releases_part_b_with_the_chosen_k(records, tmp_path, capsys):
-    """`parts` (shared by the plan and the report): 32 + 12 + 24 + 8 runs, 73 distinct (the k-search runs
-    with the chosen k are Part B's seed-0 runs on the k-search scenario); without records, Part B waits."""
-    part_a, k_runs, part_b, part_c, part_d = reproduce.parts(records)
-    assert (len(part_a), len(k_runs), len(part_b), len(part_c), len(part_d)) == (32, 12, 24, 8, 3)
+    """`parts` (shared by the plan and the report): 32 + 12 + 24 + 8 + 3 + 32 runs, 105 distinct (the
+    k-search runs with the chosen k are Part B's seed-0 runs on the k-search scenario; Part D's runs are
+    Part E's); without records, Part B waits."""
+    part_a, k_runs, part_b, part_c, part_d, part_e = reproduce.parts(records)
+    assert (len(part_a), len(k_runs), len(part_b), len(part_c), len(part_d), len(part_e)) == (32, 12, 24, 8, 3, 32)
     assert {r.k for r in part_b} == set(CHOSEN.values())
     assert {(r.method, r.k) for r in part_d} == {("erm", None), ("topk_group", 2), ("topk_ae", 8)}
+    assert {(r.method, r.k) for r in part_e} == {("erm", None), *CHOSEN.items()}
     names = [r.name for r in reproduce.plan(records)]
-    assert len(names) == len(set(names)) == 76
-    assert set(names) == {r.name for r in part_a + k_runs + part_b + part_c + part_d}
-    # as compute allows, last: Part D (Part B's open question), then Part C
-    assert [r.part for r in reproduce.plan(records)[-11:]] == ["D"] * 3 + ["C"] * 8
+    assert len(names) == len(set(names)) == 76 + 32 - 3
+    assert set(names) == {r.name for r in part_a + k_runs + part_b + part_c + part_d + part_e}
+    # as compute allows, last: Part D (Part B's open question), Part E (its answer over the DRO comparison), Part C
+    assert [r.part for r in reproduce.plan(records)[-40:]] == ["D"] * 3 + ["E"] * 29 + ["C"] * 8
     # the DRO comparison's runs (SNIPS full drift, both seeds) before the rest of Part A
     planned = reproduce.plan(records)
     last_b = max(i for i, r in enumerate(planned) if r.part == "B")
     assert all(r.scenario.dataset == "snips" and not r.scenario.partial for r in planned[:last_b + 1])
     assert [r.part for r in reproduce.plan(tmp_path)].count("B") == 0
-    assert [r.method for r in reproduce.plan(tmp_path) if r.part == "D"] == ["erm"]  # the others wait for their k
+    # the others wait for their k
+    assert [r.method for r in reproduce.plan(tmp_path) if r.part in ("D", "E")] == ["erm"] * 8
     assert reproduce.main(["--list", "--records", str(records)]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert sum(line.startswith("recorded") for line in listed) == 8 + 12 + 9 - 3 + 4 + 2
