@@ -1,10 +1,11 @@
 """What every Hydra entry point shares: where the repository is, and how a user error ends a
-run (one line on stderr, exit code 2, no traceback, no half-written run directory; a run stopped
-in mid-training by a non-finite loss keeps its resumable run directory, `NonFiniteLoss`).
+run (one line on stderr, exit code 2, no traceback, no half-written run directory, and never a
+file the invocation did not make removed: `robustnlu.rundir_claim`; a run stopped in
+mid-training by a non-finite loss keeps its resumable run directory, `NonFiniteLoss`).
 
 In a multirun (``-m``: the basic sweeper, the Optuna sweeper ``hparams_search=<method>``, the
 submitit launchers) a user error fails that job only: the job prints the same line and removes
-its run dir, then raises `JobFailed` (an ordinary exception) instead of exiting, so Hydra records
+what it made of its run dir, then raises `JobFailed` (an ordinary exception) instead of exiting, so Hydra records
 a failed job and the sweep goes on. The basic sweeper runs the batch's other jobs, then prints
 ``Error executing job with overrides: [...]`` and the line once more, and exits with status 1;
 the Optuna sweeper records the trial as FAIL (``max_failure_rate``) and goes on with the study.
@@ -20,7 +21,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -31,12 +31,12 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException
 from hydra.types import RunMode
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from robustnlu.config_schema import check_config
 from robustnlu.errors import ConfigError, RobustNLUError, report
 from robustnlu.paths import REPO_ROOT, repo_root  # noqa: F401  (re-exported: the entry points' repository root)
-from robustnlu.rundir import RunDir
+from robustnlu.rundir_claim import claim, undo, unclaim
 
 T = TypeVar("T")
 
@@ -47,37 +47,29 @@ class JobFailed(RobustNLUError, CompactHydraException):
     ``str(err)`` is ``"error: <message>"``; the original error is its ``__cause__`` (in-process)."""
 
 
-def discard_run_dir(run_dir: Path) -> None:
-    """Remove the run dir Hydra created for a run that failed before writing any result, so
-    bad input leaves no half-written output behind (and the parents it leaves empty)."""
-    if RunDir(run_dir).finished():
-        return
-    shutil.rmtree(run_dir, ignore_errors=True)
-    cwd = Path.cwd().resolve()
-    parent = run_dir.resolve().parent
-    while parent != cwd and cwd in parent.parents and not any(parent.iterdir()):
-        try:
-            parent.rmdir()
-        except OSError:  # a parallel job of the same sweep just wrote into it
-            break
-        parent = parent.parent
-
-
 def run_or_exit(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
     """Check ``cfg`` against its app's schema (`robustnlu.config_schema`), then run ``task(cfg)``;
     a `RobustNLUError` prints ``error: <message>`` and exits with 2, or in a multirun raises
-    `JobFailed` so that only this job fails (a `SystemExit` would end the sweep)."""
+    `JobFailed` so that only this job fails (a `SystemExit` would end the sweep). Either way only
+    what this invocation made in the run directory is removed (`robustnlu.rundir_claim.undo`); a
+    sweep's job claims its folder here (a single run's is claimed before Hydra creates it)."""
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
     try:
-        check_config(cfg, HydraConfig.get().job.config_name)
-        return task(cfg)
+        if hydra_cfg.mode == RunMode.MULTIRUN:  # a single run's folder is claimed before Hydra makes it
+            claim(run_dir, bool(OmegaConf.select(hydra_cfg, "callbacks.run_dir.exclusive", default=False)),
+                  before_creation=False)
+        check_config(cfg, hydra_cfg.job.config_name)
+        result = task(cfg)
     except RobustNLUError as err:
-        hydra_cfg = HydraConfig.get()
-        if not err.keeps_run_dir:
-            discard_run_dir(Path(hydra_cfg.runtime.output_dir))
+        undo(run_dir, keep=err.keeps_run_dir)
         status = report(err)
         if hydra_cfg.mode == RunMode.MULTIRUN:
             raise JobFailed(f"error: {err}") from err
         sys.exit(status)
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        unclaim(run_dir)
+    return result
 
 
 #: where a method's groups and adversary are chosen since they moved into the method's node
@@ -165,5 +157,5 @@ def run_multirun(args: list[str]) -> None:
         raise SystemExit(rc)
 
 
-__all__ = ["REPO_ROOT", "JobFailed", "compose_run_config", "discard_run_dir", "hydra_app", "hydra_message", "repo_root",
+__all__ = ["REPO_ROOT", "JobFailed", "compose_run_config", "hydra_app", "hydra_message", "repo_root",
            "run_multirun", "run_or_exit"]

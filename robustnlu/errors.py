@@ -75,3 +75,11 @@ class ResumeError(RobustNLUError):
     a readable checkpoint). The directory is the user's earlier run: it is never removed."""
 
     keeps_run_dir = True
+
+
+class RunWriteError(RobustNLUError):
+    """A run could not write its files (a full disk, a quota, a read-only or forbidden folder).
+    The run directory stays, with ``status.json`` saying failed and why: ``resume=true`` continues
+    from its last complete checkpoint once there is room."""
+
+    keeps_run_dir = True

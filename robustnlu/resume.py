@@ -11,6 +11,12 @@ ends with the same result (tests/test_kill_and_resume.py kills a run with SIGKIL
 
 `resume_point` decides what a run with ``resume=true`` does in its run directory: return the
 stored result of a run that finished, continue from ``last.ckpt``, or start (nothing there yet).
+Either of the first two only with the settings the run was started with (`check_settings`):
+a resumed run that trained its first epochs with one learning rate or method and the rest with
+another would record settings no run trained with, so any difference in what determines the
+result is refused, unless named in ``+resume_override=[key, ...]`` (then recorded in
+results.json). `RelocatableModelCheckpoint` keeps the model selection of a run directory that
+was moved between the kill and the resume.
 `ResumableCSVLogger` keeps the per-epoch log (``csv/metrics.csv``) of the steps the checkpoint
 holds, so a resumed run's log reads like the uninterrupted run's (Lightning's `CSVLogger`
 deletes the file when it opens it).
@@ -30,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fabric.loggers.logger import rank_zero_experiment
-from pytorch_lightning.callbacks import Checkpoint
+from omegaconf import OmegaConf
+from pytorch_lightning.callbacks import Checkpoint, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, WandbLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 
@@ -40,6 +47,13 @@ from robustnlu.io import atomic_write_json, atomic_write_text
 from robustnlu.rundir import LAST_CHECKPOINT, RunDir
 
 WANDB_RECORD = "wandb.json"
+#: settings that do not change what a run computes: where it writes and caches, how it logs and
+#: shows progress, how often it saves last.ckpt, which metric ``python -m robustnlu`` returns
+NEUTRAL_SETTINGS = ("resume", "resume_override", "keep_last_checkpoint", "optimized_metric", "paths", "logger",
+                    "callbacks.progress_bar", "callbacks.last_checkpoint", "trainer.enable_progress_bar",
+                    "trainer.log_every_n_steps")
+#: a setting absent from one of the two configs
+ABSENT = "<absent>"
 
 
 class LastCheckpoint(Checkpoint):
@@ -187,3 +201,72 @@ def wandb_run_id(out_dir: Path) -> str | None:
     logs into the same W&B run."""
     record = out_dir / WANDB_RECORD
     return json.loads(record.read_text())["id"] if record.is_file() else None
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """A config's leaves by dotted key (lists and empty nodes are leaves)."""
+    if isinstance(node, dict) and node:
+        return {k: v for key, value in node.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): node}
+
+
+def under(key: str, nodes: tuple[str, ...] | list[str]) -> bool:
+    return any(key == n or key.startswith(n + ".") for n in nodes)
+
+
+def changed_settings(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The settings (dotted keys) that differ between two resolved run configs, as (stored,
+    current), leaving out `NEUTRAL_SETTINGS`; paths inside each run's own directory are compared
+    relative to it (a moved run directory is the same run)."""
+    def leaves(config: dict[str, Any]) -> dict[str, Any]:
+        own = str((config.get("paths") or {}).get("output_dir") or "\0")
+        return {k: v.replace(own, "<run dir>") if isinstance(v, str) else v
+                for k, v in flatten(config).items() if not under(k, NEUTRAL_SETTINGS)}
+
+    a, b = leaves(stored), leaves(current)
+    return {k: (a.get(k, ABSENT), b.get(k, ABSENT)) for k in sorted(a.keys() | b.keys())
+            if a.get(k, ABSENT) != b.get(k, ABSENT)}
+
+
+def check_settings(out_dir: Path, current: dict[str, Any], allowed: list[str]) -> dict[str, dict[str, Any]]:
+    """Refuse (`ResumeError`, one line listing the keys) to continue or return the run in
+    ``out_dir`` with settings other than those it was started with (its ``config.yaml``), except
+    the keys under ``allowed`` (``+resume_override``); returns those that changed,
+    ``{key: {"stored": ..., "now": ...}}``, for results.json."""
+    path = RunDir(out_dir).config_file
+    try:
+        stored = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except FileNotFoundError:
+        raise ResumeError(f"resume=true: {out_dir} has no {path.name} to tell which settings its run was started with; "
+                          "it cannot be continued (start it afresh in a new folder)") from None
+    except Exception as err:  # OmegaConf's YAML errors
+        raise ResumeError(f"resume=true: {path}: unreadable ({type(err).__name__}); it cannot be continued") from None
+    if not isinstance(stored, dict):
+        raise ResumeError(f"resume=true: {path}: not a run's config; it cannot be continued")
+    changed = changed_settings(stored, current)
+    refused = {k: v for k, v in changed.items() if not under(k, allowed)}
+    if refused:
+        shown = "; ".join(f"{k}: {v[0]!r} -> {v[1]!r}" for k, v in list(refused.items())[:6])
+        more = f" and {len(refused) - 6} more" if len(refused) > 6 else ""
+        raise ResumeError(f"resume=true: {out_dir} was started with other settings ({shown}{more}); resume with its "
+                          "settings (its config.yaml), or allow a key to change with +resume_override=[key,...]")
+    return {k: {"stored": v[0], "now": v[1]} for k, v in changed.items()}
+
+
+class RelocatableModelCheckpoint(ModelCheckpoint):
+    """Lightning's `ModelCheckpoint`, which also restores the best model's score and path when the
+    run directory was moved since the checkpoint was saved (Lightning's restores only the stale
+    path then, so the first epoch after the resume became "best" whatever its score): the paths
+    under the checkpoint's folder are read as under the new one."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        before, now = state_dict.get("dirpath"), self.dirpath
+        if before and now and before != now:
+            def moved(path: Any) -> Any:
+                return now + path[len(before):] if isinstance(path, str) and path.startswith(before) else path
+
+            state_dict = {**state_dict, "dirpath": now,
+                          **{k: moved(state_dict.get(k)) for k in ("best_model_path", "kth_best_model_path",
+                                                                   "last_model_path") if k in state_dict},
+                          "best_k_models": {moved(k): v for k, v in (state_dict.get("best_k_models") or {}).items()}}
+        super().load_state_dict(state_dict)

@@ -19,6 +19,8 @@ The run directory (Hydra's runtime output dir) holds:
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import platform
 import sys
@@ -36,10 +38,12 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
+from robustnlu.checkpoint import AtomicCheckpointIO
 from robustnlu.data.datamodule import SLUDataModule
 from robustnlu.data.utterance import Corpus
 from robustnlu.data.readers import load_corpus
 from robustnlu.distributed import check_launch
+from robustnlu.errors import RunWriteError
 from robustnlu.evaluate import evaluate_suites, write_robustness
 from robustnlu.extras import require
 from robustnlu.hardware import device_record
@@ -52,14 +56,17 @@ from robustnlu.paths import repo_root
 from robustnlu.precision import resolve_precision
 from robustnlu.predict import Predictor
 from robustnlu.rundir import RunDir
+from robustnlu.rundir_claim import unclaim
 from robustnlu.scenario import Scenario
-from robustnlu.resume import (ResumableCSVLogger, ResumePoint, discard_last_checkpoint, record_wandb_run, resume_point,
-                              wandb_run_id)
+from robustnlu.resume import (ResumableCSVLogger, ResumePoint, check_settings, discard_last_checkpoint, record_wandb_run,
+                              resume_point, wandb_run_id)
 from robustnlu.seqdrift.pipeline import make_drift_split
 from robustnlu.seqdrift.shipped import SHIPPED_DIR
 from robustnlu.seqdrift.split import DriftSplit
 
 PACKAGES = ("robustnlu", "torch", "transformers", "pytorch-lightning", "torchmetrics", "hydra-core")
+#: the errors of a write that the user can mend (room, quota, permissions): one line, not a traceback
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS})
 #: ``trainer.*`` keys that are robustnlu's, not `pl.Trainer` arguments (read by `SLUModule.from_config`)
 OWN_TRAINER_KEYS = ("on_nonfinite",)
 
@@ -107,7 +114,8 @@ def build_trainer(cfg: DictConfig, resume: ResumePoint = ResumePoint(),
     out_dir = Path(cfg.paths.output_dir)
     loggers = [instantiate(c, **logger_options(c, out_dir, resume)) for c in (cfg.logger or {}).values() if c is not None]
     return instantiate(lightning_arguments(cfg.trainer), callbacks=callbacks, logger=loggers,
-                       precision=resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator))
+                       precision=resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator),
+                       plugins=[AtomicCheckpointIO()])
 
 
 def best_checkpoint_callback(trainer: pl.Trainer) -> ModelCheckpoint | None:
@@ -187,11 +195,34 @@ def write_status(out_dir: Path, state: str, **extra: Any) -> None:
     """``status.json``: ``running`` once the input is valid, then ``finished``, ``failed`` (with
     the error) or ``interrupted`` (a signal ended it, e.g. a Slurm requeue: ``resume=true``
     continues it), so a report finds failed and unfinished runs (a hard-killed job stays
-    ``running``) from the run directories alone. Written by the rank-0 process only."""
-    if rank_zero_only.rank == 0:
-        atomic_write_json(RunDir(out_dir).status_file, {
-            "state": state, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
-            "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **extra})
+    ``running``) from the run directories alone. Written by the rank-0 process only; on a disk
+    too full for the atomic write's new file, in place (the old file's blocks are reused)."""
+    if rank_zero_only.rank != 0:
+        return
+    status = {"state": state, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
+              "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **extra}
+    path = RunDir(out_dir).status_file
+    try:
+        atomic_write_json(path, status)
+    except OSError:
+        if not path.is_file():
+            raise
+        with path.open("r+", encoding="utf-8") as file:
+            file.truncate(0)
+            file.write(json.dumps(status))
+
+
+def write_failure(err: OSError, out_dir: Path) -> RunWriteError:
+    """A run that could not write a file: status.json says failed (as far as the disk allows) and
+    the error to raise, one line; its run directory stays for ``resume=true``."""
+    where = Path(err.filename).relative_to(out_dir) if err.filename and str(err.filename).startswith(str(out_dir)) \
+        else err.filename
+    line = f"{out_dir}: cannot write {where}: {err.strerror or err}; resume=true continues from the last complete checkpoint"
+    try:
+        write_status(out_dir, "failed", error=line)
+    except OSError:
+        pass  # the line below still says it
+    return RunWriteError(line)
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
@@ -201,14 +232,23 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         hydra = HydraConfig.get()
         check_launch(cfg.trainer, hydra.mode == RunMode.MULTIRUN, hydra.launcher)
     resume = resume_point(out_dir, cfg.get("resume", False))
+    overridden = None
+    if resume.results is not None or resume.checkpoint is not None:
+        overridden = check_settings(out_dir, OmegaConf.to_container(cfg, resolve=True), list(cfg.get("resume_override") or []))
     if resume.results is not None:
+        unclaim(out_dir, restore=True)  # nothing in the finished run is rewritten
         print(f"resume=true: the run in {out_dir} has finished; its stored results.json is the result")
         return resume.results
     pl.seed_everything(cfg.seed, workers=True)
     parts = prepare(cfg)  # raises DataError before anything is written
-    write_status(out_dir, "running", resumed_from=resume.record())
     try:
-        results = train_and_record(cfg, parts, out_dir, started, resume)
+        write_status(out_dir, "running", resumed_from=resume.record())
+        results = train_and_record(cfg, parts, out_dir, started, resume, overridden)
+    except OSError as err:
+        if err.errno not in WRITE_ERRNOS:
+            write_status(out_dir, "failed", error=f"{type(err).__name__}: {err}")
+            raise
+        raise write_failure(err, out_dir) from None
     except BaseException as err:  # SystemExit / KeyboardInterrupt: a signal (a Slurm requeue, Ctrl-C)
         state = "interrupted" if isinstance(err, (SystemExit, KeyboardInterrupt)) else "failed"
         write_status(out_dir, state, error=f"{type(err).__name__}: {err}")
@@ -222,9 +262,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 
 def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: float,
-                     resume: ResumePoint = ResumePoint()) -> dict[str, Any]:
+                     resume: ResumePoint = ResumePoint(), overridden: dict[str, Any] | None = None) -> dict[str, Any]:
     """Fit (from ``resume.checkpoint`` if there is one), validate and test the best
-    checkpoint, score the suites, write the run record."""
+    checkpoint, score the suites, write the run record (``overridden``: the settings a resumed
+    run changed, `robustnlu.resume.check_settings`)."""
     corpus, drift_split, datamodule, module, augmentation, protocol, callbacks = parts
     config = OmegaConf.to_container(cfg, resolve=True)
     if rank_zero_only.rank == 0:
@@ -264,6 +305,7 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         "optimizer_fused": any(bool(g.get("fused")) for g in trainer.optimizers[0].param_groups),
         "device": device_record(trainer.strategy.root_device, trainer.world_size),  # what it trained on
         "resumed_from": resume.record(),
+        "resume_overrides": overridden or None,  # settings changed on resume (+resume_override), stored -> now
         "wall_time_s": round(time.time() - started, 1),  # of this session (since the resume)
         "fit_time_s": round(fit_time, 1),  # trainer.fit (training + per-epoch validation) of this session
         "versions": versions(),

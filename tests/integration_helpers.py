@@ -103,6 +103,42 @@ class KillAtStep(pl.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class KillInValidation(pl.Callback):
+    """`KillAtStep` during validation: SIGKILL once validation batch ``batch`` of epoch ``epoch``
+    is done (the sanity check excluded). Used from the CLI like `KillAtStep`."""
+
+    def __init__(self, epoch: int, batch: int):
+        self.epoch = epoch
+        self.batch = batch
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        if not trainer.sanity_checking and trainer.current_epoch == self.epoch and batch_idx == self.batch:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class FillDiskAtStep(pl.Callback):
+    """A full disk from ``step`` optimiser steps on: writes ``path`` until the file system it is on
+    refuses (ENOSPC), so that the next checkpoint cannot be saved. For a run directory on a small
+    tmpfs; used from the CLI: ``+callbacks.fill._target_=integration_helpers.FillDiskAtStep
+    +callbacks.fill.step=N +callbacks.fill.path=<file>``."""
+
+    def __init__(self, step: int, path: str):
+        self.step = step
+        self.path = Path(path)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step != self.step:
+            return
+        chunk = b"\0" * (1 << 16)
+        try:
+            with self.path.open("ab") as file:
+                while True:
+                    file.write(chunk)
+                    file.flush()
+        except OSError:
+            pass
+
+
 class SignalAtStep(pl.Callback):
     """What Slurm does at a job's time limit or on preemption, for requeue tests: ``signame``
     (default SIGUSR2, the one submitit's handler answers) to the own process once ``step``

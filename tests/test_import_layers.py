@@ -43,13 +43,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "robustnlu"
 #: bottom first; a name is a module or a package (then every module inside it)
 LAYERS: list[list[str]] = [
     ["errors"],
-    ["io", "extras", "precision", "hardware", "checkpoint", "paths", "rundir", "scenario", "tables"],
+    ["io", "extras", "precision", "hardware", "checkpoint", "paths", "rundir", "runlock", "scenario", "tables"],
     ["data", "metrics"],
     ["model", "seqdrift", "noise", "selection", "efficiency"],  # efficiency: subsets, curve (the rest above)
     ["groups", "adversary", "optim", "distributed"],
     ["robust"],
     ["module", "predict"],
-    ["config_schema", "cli"],
+    ["config_schema", "cli", "rundir_claim"],
     ["train", "evaluate", "resume", "efficiency.protocol", "efficiency.adapt"],
     ["analysis", "report", "hpo", "reproduce", "efficiency.study", "efficiency.report", "efficiency.plot"],
     ["seqdrift.canonical"],  # + every __main__ (`layer_of`)

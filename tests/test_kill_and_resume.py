@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import signal
+import subprocess
 
 import pytest
 import torch
@@ -54,7 +55,8 @@ def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_result(sample, tmp_
     assert ckpt["global_step"] == 20 and ckpt["epoch"] == 1
     assert ckpt["SLUDataModule"] == {"sampler_epoch": 1, "batches_done": 20 - STEPS_PER_EPOCH}
 
-    resumed = train(sample, killed, "resume=true", "logger=wandb")
+    # the killing callback is a setting of the killed run only: named as one that may change
+    resumed = train(sample, killed, "resume=true", "logger=wandb", "+resume_override=[callbacks.kill]")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     runs = sorted((killed / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and len({r.name.rsplit("-", 1)[1] for r in runs}) == 1  # one W&B run, continued
@@ -125,3 +127,73 @@ def test_a_finished_run_is_not_resumed_but_an_unfinished_one_is(run_dir):
     assert resume_point(run_dir, resume=True).global_step == 7
     (run_dir / "status.json").write_text(json.dumps({"state": "finished"}))
     assert resume_point(run_dir, resume=True) == ResumePoint(results={"metrics": {}})
+
+
+#: the trainer's epoch shorter than the sampler's (10 of 15 batches): the data position must follow
+#: the trainer's epochs, not the sampler's
+LIMITED = "+trainer.limit_train_batches=10"
+
+
+@pytest.fixture(scope="module")
+def limited_straight(sample, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("limited") / "straight"
+    done = train(sample, run_dir, LIMITED)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run_dir
+
+
+@pytest.mark.parametrize("kill", [
+    ["+callbacks.kill._target_=integration_helpers.KillAtStep", "+callbacks.kill.step=11"],  # right after epoch 0's save
+    ["+callbacks.kill._target_=integration_helpers.KillAtStep", "+callbacks.kill.step=13"],  # mid-epoch 1
+    ["+callbacks.kill._target_=integration_helpers.KillInValidation", "+callbacks.kill.epoch=1",
+     "+callbacks.kill.batch=0"],  # during epoch 1's validation
+], ids=["after-epoch-0", "mid-epoch", "in-validation"])
+def test_a_run_with_shortened_epochs_killed_anywhere_resumes_to_the_uninterrupted_result(sample, limited_straight,
+                                                                                         tmp_path, kill):
+    killed = tmp_path / "killed"
+    assert train(sample, killed, LIMITED, *kill).returncode == -signal.SIGKILL
+    resumed = train(sample, killed, LIMITED, "resume=true", "+resume_override=[callbacks.kill]")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = read(limited_straight, "results.json"), read(killed, "results.json")
+    assert b["resumed_from"] is not None and a["epochs_trained"] == b["epochs_trained"] == 3
+    assert b["best_checkpoint"] == a["best_checkpoint"]
+    for split in ("valid", "test"):
+        assert b["metrics"][split] == pytest.approx(a["metrics"][split], rel=1e-6, abs=1e-9), split
+        assert read(killed, f"predictions/{split}.jsonl") == read(limited_straight, f"predictions/{split}.jsonl")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 40 MB tmpfs (the tests run as root, as CI does)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(mount)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_fails_in_one_line_with_a_true_status_and_resumes_from_the_last_complete_checkpoint(
+        sample, tmp_path, small_disk):
+    straight, run_dir, filler = tmp_path / "straight", small_disk / "run", small_disk / "filler"
+    assert train(sample, straight).returncode == 0
+    full = train(sample, run_dir, "+callbacks.fill._target_=integration_helpers.FillDiskAtStep",
+                 "+callbacks.fill.step=6", f"+callbacks.fill.path={filler}")
+    assert full.returncode == 2, full.stderr[-3000:]
+    errors = [line for line in full.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {run_dir}: cannot write ")
+    assert "No space left on device; resume=true continues from the last complete checkpoint" in errors[0]
+    status = read(run_dir, "status.json")
+    assert status["state"] == "failed" and status["error"] == errors[0][len("error: "):]
+    assert not list(run_dir.rglob("*.tmp"))  # no half-written checkpoint, under any name
+    last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
+    assert last["global_step"] == 4  # the save of step 8 failed: the complete one of step 4 stays
+
+    filler.unlink()
+    resumed = train(sample, run_dir, "resume=true", "+resume_override=[callbacks.fill]")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = read(straight, "results.json"), read(run_dir, "results.json")
+    assert b["resumed_from"]["global_step"] == 4
+    for split in ("valid", "test"):
+        assert b["metrics"][split] == pytest.approx(a["metrics"][split], rel=1e-6, abs=1e-9), split

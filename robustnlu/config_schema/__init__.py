@@ -50,7 +50,10 @@ def schema(config_name: str) -> Node:
             "method": method(), "selection": selection(), "augment": augment(),
             "callbacks": callbacks(), "logger": loggers(), "suite": suites(), "paths": paths(),
             "efficiency": efficiency(),
-        }, optional=frozenset({"suite", "efficiency"}), rules=(split_rule(), TINY_POSITIONS_RULE, CONATURAL_RULE))
+            # +resume_override=[key, ...]: settings a resumed run may change (robustnlu/resume.py)
+            "resume_override": Seq(text(pattern=r"[\w.]+")),
+        }, optional=frozenset({"suite", "efficiency", "resume_override"}),
+            rules=(split_rule(), TINY_POSITIONS_RULE, CONATURAL_RULE))
     if config_name == "seqdrift":  # python -m robustnlu.seqdrift
         return Node({"dataset": dataset(), "drift": drift(), "validation": validation(), "paths": paths(),
                      "inspect": integer(NON_NEGATIVE), "inspect_examples": integer(NON_NEGATIVE),

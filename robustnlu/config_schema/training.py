@@ -49,7 +49,7 @@ def callbacks() -> MapOf:
     adds any other callback that imports."""
     mode = choice("min", "max")
     return MapOf(by_target((
-        instance("pytorch_lightning.callbacks.ModelCheckpoint", {
+        instance("robustnlu.resume.RelocatableModelCheckpoint", {
             "dirpath": text(), "filename": text(), "monitor": text(), "mode": mode,
             "auto_insert_metric_name": flag(), "save_last": flag()}),
         instance("robustnlu.resume.LastCheckpoint", {

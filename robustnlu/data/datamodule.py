@@ -203,12 +203,14 @@ class ShuffledBatchSampler(Sampler[list[int]]):
         self.order.set_epoch(epoch)
         self.skip = batches_done
 
-    def position(self, batches_done: int) -> tuple[int, int]:
+    def position(self, batches_done: int, epoch_batches: int | float | None = None) -> tuple[int, int]:
         """(epoch, batches done) where training continues once ``batches_done`` batches of the
-        epoch in progress are trained: the next epoch from its start once all are."""
+        epoch in progress are trained: the next epoch from its start once all are, i.e. once
+        ``epoch_batches`` are (default: the whole epoch; fewer where the trainer stops its epochs
+        early, ``trainer.limit_train_batches``)."""
         if self.iterated_epoch is None:
             return self.order.epoch, self.skip
-        if batches_done >= len(self):
+        if batches_done >= min(len(self), epoch_batches or len(self)):
             return self.iterated_epoch + 1, 0
         return self.iterated_epoch, batches_done
 
@@ -279,7 +281,7 @@ class SLUDataModule(pl.LightningDataModule):
         if self.train_sampler is not None:
             trainer = self.trainer
             progress = trainer.fit_loop.epoch_loop.batch_progress.current.processed if trainer is not None else 0
-            epoch, done = self.train_sampler.position(progress)
+            epoch, done = self.train_sampler.position(progress, trainer.num_training_batches if trainer else None)
         return {"sampler_epoch": epoch, "batches_done": done}
 
     def load_state_dict(self, state: dict[str, int]) -> None:

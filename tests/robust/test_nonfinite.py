@@ -156,7 +156,7 @@ def test_cli_stop_leaves_a_resumable_run_and_skip_counts_the_batch(tmp_path):
     assert last["global_step"] == 3
     assert all(torch.isfinite(v).all() for v in last["state_dict"].values() if v.is_floating_point())
 
-    resumed = train(stopped_dir, "resume=true")
+    resumed = train(stopped_dir, "resume=true", "+resume_override=[callbacks.nonfinite]")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     results = json.loads((stopped_dir / "results.json").read_text())
     assert results["resumed_from"]["global_step"] == 3 and results["nonfinite_skips"] == 0

@@ -1,0 +1,205 @@
+"""Who owns a run directory: what an invocation may delete there, and one process at a time.
+
+An entry point's run directory (``hydra.run.dir``, or a sweep job's folder) is claimed before
+anything is written into it (`claim`): for a single run by `RunDirOwnership`, a Hydra callback
+that runs before Hydra creates the folder; for a sweep's job at the start of its task
+(`robustnlu.cli.run_or_exit`). The claim records what was there before, so that an error ends
+the invocation without destroying anything it did not make (`undo`):
+
+- a folder this invocation created (and the parents it created for it) is removed;
+- a folder that existed is never removed: only the entries this invocation added are, and the
+  files it overwrote there (Hydra's ``.hydra/`` record of the overrides, its log) are put back as
+  they were — a refused ``resume=true`` leaves the run it was pointed at byte for byte as it was;
+- where the state before is unknown (a sweep job started by a launcher in another process, after
+  Hydra made its folder), the folder is removed only if it holds nothing but what Hydra and
+  robustnlu write at a job's start (`OWN_ENTRIES`).
+
+For training, the claim is exclusive (`exclusive=True`): an existing folder with files that is not
+a robustnlu run is refused (one line, nothing written), and the run takes the lock file
+`run.lock` (pid and host; `robustnlu.runlock`): a second process into the same folder is refused
+with a line naming the holder; a lock left by a dead process on this host is taken over.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from robustnlu.errors import ConfigError, exit_with_error
+from robustnlu.rundir import RunDir
+from robustnlu.runlock import LOCK_NAME, acquire, release
+
+#: what Hydra (its ``.hydra/`` record, its ``<job name>.log``) and robustnlu (the lock) write into a
+#: run directory before the run itself writes anything: a folder holding only these counts as empty
+OWN_ENTRIES = (".hydra", LOCK_NAME)
+
+
+def own_entry(name: str) -> bool:
+    """`OWN_ENTRIES`, Hydra's logs, and the ``.pl_hydra_rank_<n>`` records of Lightning's DDP processes."""
+    return name in OWN_ENTRIES or name.endswith(".log") or name.startswith(".pl_hydra")
+
+
+@dataclass
+class Claim:
+    """What an invocation found in its run directory, to undo what it did there."""
+
+    path: Path
+    #: whether the folder existed before this invocation; None: unknown (a job of a remote launcher)
+    existed: bool | None
+    #: the folders this invocation created for it, deepest first (the run directory among them when new)
+    created: list[Path] = field(default_factory=list)
+    #: the names in the folder before
+    entries: frozenset[str] = frozenset()
+    #: files of Hydra's that the invocation may overwrite (``.hydra/*``, logs) and their bytes before
+    saved: dict[Path, bytes] = field(default_factory=dict)
+    locked: bool = False
+
+    def restore(self) -> None:
+        """Put back the Hydra files this invocation overwrote; remove the ones it added beside them."""
+        hydra_dir = self.path / ".hydra"
+        for path in sorted(hydra_dir.iterdir()) if hydra_dir.is_dir() and self.existed else ():
+            if path not in self.saved and path.is_file():
+                path.unlink()
+        for path, data in self.saved.items():
+            try:
+                path.write_bytes(data)
+            except OSError:  # the disk that failed the run may refuse this too: the run's files matter more
+                pass
+        for log in self.path.glob("*.log") if self.existed else ():
+            if log not in self.saved:
+                log.unlink(missing_ok=True)
+
+    def discard(self) -> None:
+        """Remove what this invocation created: the folder if it made it (and the parents it made
+        and that are empty), else only its new entries, with Hydra's overwritten files restored."""
+        run = RunDir(self.path)
+        if self.existed is None:
+            if self.path.is_dir() and not run.is_run() and all(own_entry(p.name) for p in self.path.iterdir()):
+                shutil.rmtree(self.path, ignore_errors=True)
+            return
+        if not self.existed:
+            shutil.rmtree(self.path, ignore_errors=True)
+            for parent in self.created:
+                if parent != self.path:
+                    try:
+                        parent.rmdir()  # only if empty: a parallel job may have written into it
+                    except OSError:
+                        break
+            return
+        for path in self.path.iterdir() if self.path.is_dir() else ():
+            if path.name not in self.entries:
+                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        self.restore()
+
+
+#: this process's claims, by absolute path
+CLAIMS: dict[Path, Claim] = {}
+
+
+def key(path: str | Path) -> Path:
+    return Path(os.path.abspath(path))
+
+
+def secondary_process() -> bool:
+    """A process of a multi-process run other than the first (Lightning's DDP children re-run the
+    command line with ``LOCAL_RANK``; Slurm's tasks have ``SLURM_PROCID``): the first owns the folder."""
+    return any(int(os.environ.get(v) or 0) > 0 for v in ("LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
+
+
+def claim(path: str | Path, exclusive: bool, before_creation: bool) -> Claim:
+    """Claim ``path`` for this invocation (once; later calls return the first claim).
+    ``before_creation``: the folder is looked at before anything made it (a single run), and
+    created here; else it exists already and its history is unknown (a sweep's job). Raises
+    `ConfigError`, with nothing created, for a folder that cannot be created, and with
+    ``exclusive`` for a non-empty folder that is not a robustnlu run or one another process holds."""
+    path = key(path)
+    if path in CLAIMS:
+        return CLAIMS[path]
+    exclusive = exclusive and not secondary_process()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"hydra.run.dir: {path} is a file, not a folder")
+    found = Claim(path, path.is_dir() if before_creation else None)
+    names = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
+    foreign = [n for n in names if not own_entry(n)]
+    if exclusive and foreign and not RunDir(path).is_run():
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise ConfigError(f"hydra.run.dir: {path} holds files ({shown}) and is not a robustnlu run directory; "
+                          "a run needs a new or empty folder, or its own run directory with resume=true")
+    if found.existed:
+        found.entries = frozenset(names)
+        found.saved = {p: p.read_bytes() for p in [*sorted(path.glob(".hydra/*")), *sorted(path.glob("*.log"))]
+                       if p.is_file()}
+    elif found.existed is False:
+        missing = [p for p in (path, *path.parents) if not p.exists()]
+        try:
+            path.mkdir(parents=True)
+        except OSError as err:
+            raise ConfigError(f"hydra.run.dir: cannot create {path}: {err.strerror or err}") from None
+        found.created = missing  # deepest first
+    if exclusive:
+        try:
+            acquire(path)
+        except ConfigError:
+            found.discard()
+            raise
+        found.locked = True
+    CLAIMS[path] = found
+    return found
+
+
+def undo(path: str | Path, keep: bool) -> None:
+    """After an error ended the invocation: ``keep`` (a resumable run, a refused resume) restores
+    Hydra's overwritten files only; otherwise `Claim.discard`. Releases the lock. A path never
+    claimed is treated as a job of unknown history (`Claim.discard` with ``existed=None``)."""
+    found = CLAIMS.pop(key(path), None) or Claim(key(path), None)
+    if keep:
+        found.restore()
+    else:
+        found.discard()
+    if found.locked:
+        release(found.path)
+
+
+def unclaim(path: str | Path, restore: bool = False) -> None:
+    """The end of an invocation that succeeded: release the lock; ``restore``: it changed nothing
+    (a finished run's stored result returned), so Hydra's overwritten files are put back."""
+    found = CLAIMS.pop(key(path), None)
+    if found is not None:
+        if restore:
+            found.restore()
+        if found.locked:
+            release(found.path)
+
+
+@atexit.register
+def release_all() -> None:
+    """A process that exits (``sys.exit`` on a user error skips Hydra's end callbacks) frees its locks."""
+    for path in list(CLAIMS):
+        found = CLAIMS.pop(path)
+        if found.locked:
+            release(found.path)
+
+
+class RunDirOwnership(Callback):
+    """Hydra callback (``hydra.callbacks``): claims a single run's folder before Hydra creates it
+    (`claim`), so that an error removes only what this invocation made; ``exclusive``: the
+    training app's lock and its refusal of folders that are not runs."""
+
+    def __init__(self, exclusive: bool = False):
+        self.exclusive = exclusive
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            claim(config.hydra.run.dir, self.exclusive, before_creation=True)
+        except ConfigError as err:  # Hydra turns a callback's exceptions into warnings: exit here
+            exit_with_error(err)
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        unclaim(config.hydra.run.dir)

@@ -1,0 +1,96 @@
+"""The lock file of a run directory, ``run.lock``: one process trains in a folder at a time.
+
+The file holds the holder's pid and host (JSON) and is created with ``O_EXCL``, so of two
+processes that start at once exactly one gets it. A lock whose holder is a process of this host
+that no longer runs (killed, OOM, a crashed node's requeued job on the same host) is taken over
+with a message, and so is one of an earlier instance of this Slurm job (a requeued job starts
+anew, maybe on another node; Slurm runs one instance of a job at a time). A lock held by a live
+process, or by another host (whose processes cannot be seen from here), is refused with one line
+naming the holder. A file lock (``flock``) would free
+itself when its holder dies, but it is unreliable on the network file systems of clusters, where
+run directories live.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from robustnlu.errors import ConfigError
+
+LOCK_NAME = "run.lock"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host exists (signal 0 checks without sending)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def holder(path: Path) -> dict[str, Any] | None:
+    """The lock's content, None where there is no lock; an unreadable lock reads as ``{}``."""
+    try:
+        data = json.loads((Path(path) / LOCK_NAME).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def slurm_job() -> str | None:
+    return os.environ.get("SLURM_JOB_ID")
+
+
+def stale(found: dict[str, Any]) -> bool:
+    """A lock of a dead process of this host or of an earlier instance of this Slurm job, or one
+    that is unreadable (a holder killed while writing it)."""
+    if not found.get("pid") or (slurm_job() is not None and found.get("slurm_job_id") == slurm_job()):
+        return True
+    return found.get("host") == socket.gethostname() and not pid_alive(int(found["pid"]))
+
+
+def acquire(path: Path) -> None:
+    """Take ``<path>/run.lock`` for this process; `ConfigError` naming the holder if it is taken."""
+    lock = Path(path) / LOCK_NAME
+    record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "slurm_job_id": slurm_job(),
+                         "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode()
+    for _ in range(3):
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            found = holder(path)
+            if found is None:
+                continue  # released meanwhile: try again
+            if found.get("pid") == os.getpid() and found.get("host") == socket.gethostname():
+                return
+            if not stale(found):
+                raise ConfigError(f"{path} is in use by process {found.get('pid')} on {found.get('host')} "
+                                  f"(since {found.get('since', '?')}, {lock}); wait for it to end, or if that process "
+                                  "is gone, remove the lock file") from None
+            print(f"note: {path}: taking over the lock of process {found.get('pid', '?')} on "
+                  f"{found.get('host', '?')}, which is no longer running", file=sys.stderr, flush=True)
+            if holder(path) == found:  # still that stale lock, not one another process just took over
+                lock.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "wb") as file:
+            file.write(record)
+        return
+    raise ConfigError(f"{path}: could not take the lock {lock} (other processes keep taking it)")
+
+
+def release(path: Path) -> None:
+    """Remove ``<path>/run.lock`` if this process holds it."""
+    found = holder(path)
+    if found and found.get("pid") == os.getpid() and found.get("host") == socket.gethostname():
+        (Path(path) / LOCK_NAME).unlink(missing_ok=True)
