@@ -12,20 +12,25 @@ gradient averaging then yields exactly the single-device gradient of that global
 Validation and test run on every process over the whole split (no distributed sampler), so
 the metrics are the single-device ones without any gathering.
 
-Lightning starts the extra processes of a plain ``python -m robustnlu`` by re-executing its
-command line; under ``-m`` each would run the whole sweep (and Optuna would sample other
-trials), so `check_launch` refuses multirun + several devices unless the launcher is Slurm with
-one task per device (then Slurm starts the processes).
+Before a run writes anything, `check_launch` refuses what this machine cannot start: an
+accelerator it does not have (``trainer.accelerator=gpu`` without CUDA), and several devices
+per run under ``-m``: Lightning starts the extra processes of a plain ``python -m robustnlu`` by
+re-executing its command line, so each would run the whole sweep (and Optuna would sample other
+trials), unless the launcher is Slurm with one task per device (then Slurm starts the
+processes). It runs in the job, on the machine that trains, not in the config schema, which a
+driver also checks on the machine that submits the jobs (a login node without GPUs).
 """
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from pytorch_lightning.accelerators import CUDAAccelerator, MPSAccelerator, XLAAccelerator
 from torch import Tensor
 
 from robustnlu.errors import ConfigError
@@ -108,8 +113,28 @@ def processes_per_node(devices: Any) -> int:
     return len(devices)
 
 
+#: ``trainer.accelerator`` -> what it needs (the devices Lightning takes it to mean: ``gpu`` is
+#: CUDA or Apple's MPS) and the Lightning accelerators of which one must be available
+DEVICE_ACCELERATORS = {"gpu": ("a CUDA or MPS device", (CUDAAccelerator, MPSAccelerator)),
+                       "cuda": ("a CUDA device", (CUDAAccelerator,)),
+                       "mps": ("an MPS device", (MPSAccelerator,)),
+                       "tpu": ("a TPU (torch_xla)", (XLAAccelerator,))}
+
+
+def check_accelerator(accelerator: str) -> None:
+    """Refuse an accelerator this machine does not have (``auto`` and ``cpu`` always run)."""
+    if accelerator not in DEVICE_ACCELERATORS:
+        return
+    needs, choices = DEVICE_ACCELERATORS[accelerator]
+    if not any(choice.is_available() for choice in choices):
+        raise ConfigError(f"trainer.accelerator: needs {needs}, and this machine ({platform.node()}) has none: "
+                          f"use trainer.accelerator=cpu, or auto (got {accelerator})")
+
+
 def check_launch(trainer_cfg: Mapping[str, Any], multirun: bool, launcher: Mapping[str, Any] | None) -> None:
-    """Refuse several devices per run under ``-m`` unless Slurm starts one task per device."""
+    """Refuse an accelerator this machine does not have (`check_accelerator`), and several
+    devices per run under ``-m`` unless Slurm starts one task per device."""
+    check_accelerator(str(trainer_cfg.get("accelerator", "auto")))
     devices = processes_per_node(trainer_cfg.get("devices", 1))
     if not multirun or devices == 1:
         return

@@ -5,7 +5,8 @@ fp32 region (`fp32`) where the losses, the CRF, the objective and the decoding r
 gradients and optimizer state) where the device computes bf16 natively, and ``32-true``
 elsewhere:
 
-- CUDA: ``torch.cuda.is_bf16_supported()`` (Ampere and later);
+- CUDA: compute capability 8.0 and later (Ampere; ``torch.cuda.is_bf16_supported`` without
+  emulation: by default it also says yes on older GPUs, which run bf16 emulated, slower than fp32);
 - CPU: AVX-512 BF16 or AMX tiles (``torch.cpu._is_avx512_bf16_supported`` /
   ``_is_amx_tile_supported``; Zen 4, Sapphire Rapids and later). Without them torch emulates
   bf16 products on the CPU, slower than fp32.
@@ -40,7 +41,7 @@ def resolve_precision(precision: str | int, accelerator: str = "auto") -> str | 
     accelerator = str(accelerator)
     on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
     if on_gpu:
-        return BF16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else FP32
+        return BF16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False) else FP32
     if accelerator in ("cpu", "auto"):
         return BF16 if cpu_supports_bf16() else FP32
     return FP32  # mps, tpu, ...: not measured here

@@ -36,6 +36,11 @@ BAD_VALUES = {
                     "error: optimizer.momentum: unknown key (optimizer has _partial_, _target_, betas, eps, fused, lr, name, "
                     "warmup_steps, weight_decay) (got 0.9)"),
     "fused not a choice": (["optimizer.fused=fast"], "error: optimizer.fused: must be one of auto, true, false (got fast)"),
+    "at an open end": (["method=group_dro", "method.decay=0"], "error: method.decay: must be in (0, 1] (got 0)"),
+    # TopK over more than the batch would train ERM under TopK's name (FAST's batch: 16)
+    "k beyond the batch": (["method=topk", "method.k=100000"],
+                           "error: method.k: must be < data.batch_size (16): with k >= the batch, top-k keeps every "
+                           "loss and selects nothing (got 100000)"),
     # Hydra's own errors (the config cannot be composed) end the same way, on one line
     "key without +": (["trainer.foo=1"],
                       "error: Could not override 'trainer.foo'; To append to your config use +trainer.foo=1; "

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import re
 import socket
 
 import numpy as np
@@ -13,6 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from pytorch_lightning.accelerators import CUDAAccelerator, MPSAccelerator, XLAAccelerator
 
 from integration_helpers import FAST, SMALL_DRIFT, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu.data.datamodule import ShuffledBatchSampler
@@ -89,6 +92,44 @@ def test_a_multi_device_sweep_on_the_local_launcher_is_refused(tmp_path):
     assert proc.returncode != 0
     assert "cannot run under -m" in proc.stderr and "hydra/launcher=slurm" in proc.stderr
     assert not list((tmp_path / "sweep").glob("*/results.json"))
+
+
+#: (trainer.accelerator, the devices the machine has, whether a run may start): ``gpu`` is
+#: Lightning's CUDA or Apple MPS, ``cuda`` CUDA only, ``auto`` and ``cpu`` start anywhere
+ACCELERATORS = [
+    ("gpu", {"cuda"}, True), ("gpu", {"mps"}, True), ("gpu", set(), False),
+    ("cuda", {"cuda"}, True), ("cuda", {"mps"}, False),
+    ("mps", {"mps"}, True), ("mps", {"cuda"}, False),
+    ("tpu", {"cuda"}, False),
+    ("cpu", set(), True), ("auto", set(), True),
+]
+
+
+@pytest.mark.parametrize(("accelerator", "devices", "starts"), ACCELERATORS)
+def test_an_accelerator_the_machine_lacks_is_refused_before_the_run(accelerator, devices, starts, monkeypatch):
+    """The devices are stood in for by Lightning's availability queries, which `check_launch`
+    asks: this machine has none of them (the command line below shows it on the real one)."""
+    for cls, name in ((CUDAAccelerator, "cuda"), (MPSAccelerator, "mps"), (XLAAccelerator, "tpu")):
+        monkeypatch.setattr(cls, "is_available", staticmethod(lambda name=name: name in devices))
+    trainer = {"accelerator": accelerator, "devices": 1}
+    if starts:
+        check_launch(trainer, multirun=False, launcher=BASIC)
+        return
+    with pytest.raises(ConfigError) as err:
+        check_launch(trainer, multirun=False, launcher=BASIC)
+    assert re.fullmatch(rf"trainer\.accelerator: needs .+, and this machine \({re.escape(platform.node())}\) has none: "
+                        rf"use trainer\.accelerator=cpu, or auto \(got {accelerator}\)", str(err.value)), str(err.value)
+
+
+def test_a_gpu_run_without_a_gpu_is_one_line_exit_2_and_leaves_nothing(tmp_path):
+    """``CUDA_VISIBLE_DEVICES=""`` hides every CUDA device, so this holds on a GPU machine too."""
+    proc = run_cli(["encoder=tiny", "trainer.accelerator=gpu", f"hydra.run.dir={tmp_path}/outputs/run"], cwd=tmp_path,
+                   env={"CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert [line for line in proc.stderr.splitlines() if line.strip()] == [
+        f"error: trainer.accelerator: needs a CUDA or MPS device, and this machine ({platform.node()}) has none: "
+        "use trainer.accelerator=cpu, or auto (got gpu)"]
+    assert list(tmp_path.iterdir()) == []  # no run directory, no Hydra log
 
 
 @pytest.fixture(scope="module")

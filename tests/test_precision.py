@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import pytorch_lightning as pl
@@ -35,6 +36,36 @@ def test_explicit_values_pass_through_and_other_accelerators_get_fp32():
     for value in ("32-true", "bf16-mixed", "16-mixed", 32):
         assert resolve_precision(value, "cpu") == value
     assert resolve_precision("auto", "mps") == FP32
+
+
+def stand_in_devices(monkeypatch, gpu_major: int | None, cpu_bf16: bool) -> None:
+    """Hardware this machine may lack, stood in for by torch's device queries (torch's own
+    `torch.cuda.is_bf16_supported` then runs on them): a CUDA GPU of compute capability
+    ``gpu_major``.0 (None: no GPU) on which a bf16 tensor can be made, natively from 8.0 on and
+    emulated before (as on a V100 or T4), and a CPU that multiplies bf16 natively or not."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu_major is not None)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(major=gpu_major, minor=0))
+    monkeypatch.setattr(torch.cuda, "_check_bf16_tensor_supported", lambda device: True)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: cpu_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+
+
+@pytest.mark.skipif(torch.version.hip is not None, reason="ROCm: torch says bf16 on every AMD GPU")
+@pytest.mark.parametrize(("accelerator", "gpu_major", "cpu_bf16", "expected"), [
+    ("gpu", 7, True, FP32),    # a V100 / T4: bf16 only emulated, slower than fp32 (the CPU's bf16 is not used)
+    ("auto", 7, True, FP32),   # auto picks the GPU when there is one
+    ("gpu", 8, False, BF16),   # an A100
+    ("auto", 9, False, BF16),  # an H100
+    ("cpu", 8, False, FP32),   # trains on the CPU: the CPU's support counts, not the GPU's
+    ("cpu", 7, True, BF16),
+    ("auto", None, True, BF16),
+    ("auto", None, False, FP32),
+])
+def test_auto_is_bf16_where_the_training_device_computes_it_natively(accelerator, gpu_major, cpu_bf16, expected,
+                                                                       monkeypatch):
+    stand_in_devices(monkeypatch, gpu_major, cpu_bf16)
+    assert resolve_precision("auto", accelerator) == expected
 
 
 def test_build_trainer_resolves_auto(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 
@@ -109,6 +110,17 @@ def test_walk_finds_runs_at_any_depth_but_not_inside_a_run(tmp_path):
     # finished runs only, each once though found under two of the given directories
     assert [r.path.relative_to(sweep).as_posix() for r in finished_runs([sweep, sweep / "ood"])] == [
         "iid/erm-1", "ood/erm-1"]
+
+
+def test_finished_runs_counts_a_run_once_however_its_path_is_spelled(tmp_path, monkeypatch):
+    """Relative and absolute, with ``.`` and ``..``, through a symlink: one run directory, one run
+    (a report given overlapping folders must not count a seed twice)."""
+    run = finished(tmp_path / "a" / "run")
+    (tmp_path / "link").symlink_to(run, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    spellings = [Path("a/run"), Path("a/./run/../run"), run, tmp_path / "link", Path("link")]
+    assert [r.path for r in finished_runs(spellings)] == [Path("a/run")]
+    assert [r.path for r in finished_runs([tmp_path / "link", Path("a")])] == [tmp_path / "link"]
 
 
 def test_sweep_runs_in_job_order(tmp_path):

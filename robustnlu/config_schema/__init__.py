@@ -29,7 +29,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from robustnlu.config_schema.data import augment, data, dataset, efficiency, noise, suites
 from robustnlu.config_schema.drift import drift, split_rule, validation
-from robustnlu.config_schema.method import CONATURAL_RULE, method, optimizer, selection
+from robustnlu.config_schema.method import CONATURAL_RULE, TOP_K_RULE, method, optimizer, selection
 from robustnlu.config_schema.spec import (
     AT_LEAST_1, DROPOUT, MISSING, NON_NEGATIVE, SEED, Node, Seq, bad, choice, flag, integer, number, text)
 from robustnlu.config_schema.training import TINY_POSITIONS_RULE, callbacks, encoder, loggers, paths, trainer
@@ -53,7 +53,7 @@ def schema(config_name: str) -> Node:
             # +resume_override=[key, ...]: settings a resumed run may change (robustnlu/resume.py)
             "resume_override": Seq(text(pattern=r"[\w.]+")),
         }, optional=frozenset({"suite", "efficiency", "resume_override"}),
-            rules=(split_rule(), TINY_POSITIONS_RULE, CONATURAL_RULE))
+            rules=(split_rule(), TINY_POSITIONS_RULE, CONATURAL_RULE, TOP_K_RULE))
     if config_name == "seqdrift":  # python -m robustnlu.seqdrift
         return Node({"dataset": dataset(), "drift": drift(), "validation": validation(), "paths": paths(),
                      "inspect": integer(NON_NEGATIVE), "inspect_examples": integer(NON_NEGATIVE),

@@ -5,9 +5,13 @@ efficiency protocol)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from robustnlu.config_schema.spec import (
     AT_LEAST_1, DROPOUT, NON_NEGATIVE, POSITIVE, PROBABILITY, SAMPLING, SEED, Importable, Node, Rule, Seq, Spec, Variants,
     by_target, choice, flag, instance, integer, number, text)
+from robustnlu.config_schema.training import encoder_layers
 
 
 def group_sources() -> Variants:
@@ -15,7 +19,8 @@ def group_sources() -> Variants:
     return by_target((
         instance("robustnlu.groups.seqdrift_clusters.SeqDriftClusters", checked_only=True),
         instance("robustnlu.groups.lda_topics.LDATopics", {
-            "n_topics": integer(AT_LEAST_1), "doc_topic_prior": number(POSITIVE), "topic_word_prior": number(POSITIVE),
+            # the priors: scikit-learn's LatentDirichletAllocation takes [0, 1] (checked when it fits); 0 is no Dirichlet
+            "n_topics": integer(AT_LEAST_1), "doc_topic_prior": number("(0, 1]"), "topic_word_prior": number("(0, 1]"),
             "max_vocabulary": integer(AT_LEAST_1), "stop_words": choice("english", null=True),
             "assignment": choice("hard", "soft"), "passes": integer(AT_LEAST_1), "doc_iterations": integer(AT_LEAST_1),
             "chunk_size": integer(AT_LEAST_1), "learning_offset": number("[1, inf)"), "learning_decay": number(PROBABILITY),
@@ -42,9 +47,17 @@ def generative_lm() -> Variants:
 
 
 def ratio_net() -> Variants:
-    """conf/adversary/ratio_net.yaml: ``method.adversary`` of R-PDRO."""
+    """conf/adversary/ratio_net.yaml: ``method.adversary`` of R-PDRO: the first ``n_layers`` of
+    the SLU encoder's layers (at most all of them, where the encoder's size can be read)."""
+    def fits(adversary: Mapping[str, Any], root: Mapping[str, Any]) -> bool:
+        layers = encoder_layers(root["encoder"])
+        return layers is None or adversary["n_layers"] <= layers
+
+    def problem(adversary: Mapping[str, Any], root: Mapping[str, Any]) -> str:
+        return f"must be <= the encoder's {encoder_layers(root['encoder'])} layers"
+
     return by_target((instance("robustnlu.adversary.ratio.RatioAdversary", {"n_layers": integer(AT_LEAST_1)},
-                               checked_only=True),))
+                               checked_only=True, rules=(Rule("n_layers", fits, problem),)),))
 
 
 def method() -> Variants:
@@ -107,3 +120,24 @@ CONATURAL_RULE = Rule(
     "optimizer.name", lambda c, _: c["optimizer"]["name"] != "conatural" or c.get("efficiency") is not None,
     "conatural preconditions with the source task's Fisher: use it with efficiency=topv2 efficiency.mode=adapt "
     "(the protocol checks the mode)")
+
+
+def objective_batch(cfg: Mapping[str, Any]) -> tuple[int, str]:
+    """How many examples a training step's objective ranks, and where that number comes from:
+    ``data.batch_size`` per process times the processes (``trainer.devices`` per node times
+    ``trainer.num_nodes``), whose parts `robustnlu.distributed.gather_task_losses` joins into
+    one global batch."""
+    from robustnlu.distributed import processes_per_node
+
+    size, trainer = cfg["data"]["batch_size"], cfg["trainer"]
+    world = processes_per_node(trainer["devices"]) * trainer.get("num_nodes", 1)
+    if world == 1:
+        return size, f"data.batch_size ({size})"
+    return size * world, f"the global batch, data.batch_size x {world} processes ({size} x {world} = {size * world})"
+
+
+#: TopK, TopK-Group and TopK-AE average the k largest losses of the batch (of each group): with
+#: k >= the batch nothing is left out (TopK is then ERM; the group methods average each group whole)
+TOP_K_RULE = Rule(
+    "method.k", lambda c, _: "k" not in c["method"] or c["method"]["k"] < objective_batch(c)[0],
+    lambda c, _: f"must be < {objective_batch(c)[1]}: with k >= the batch, top-k keeps every loss and selects nothing")

@@ -209,11 +209,12 @@ class FalseOr(Spec):
 @dataclass(frozen=True)
 class Rule:
     """A condition across keys of a node (or of the whole config): ``test(node, root)`` must
-    hold; otherwise ``key`` (relative to the node) is reported with ``problem``."""
+    hold; otherwise ``key`` (relative to the node) is reported with ``problem``, or with
+    ``problem(node, root)`` where the words depend on other values (the bound they set)."""
 
     key: str
     test: Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
-    problem: str
+    problem: str | Callable[[Mapping[str, Any], Mapping[str, Any]], str]
 
 
 @dataclass(frozen=True)
@@ -247,8 +248,8 @@ class Node(Spec):
                 raise bad(f"{prefix}{name}", "must be set", None)
         for rule in self.rules:
             if not rule.test(value, root):
-                name = rule.key
-                raise bad(f"{prefix}{name}", rule.problem, _select(value, name))
+                problem = rule.problem(value, root) if callable(rule.problem) else rule.problem
+                raise bad(f"{prefix}{rule.key}", problem, _select(value, rule.key))
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from robustnlu.config_schema.spec import (
     AT_LEAST_1, DROPOUT, NON_NEGATIVE, POSITIVE, AnyOf, Anything, MapOf, Node, Rule, Seq, Variants, arguments_of, by_target,
     choice, flag, instance, integer, number, text)
@@ -17,6 +20,24 @@ def encoder() -> Variants:
                             "must be a multiple of encoder.num_heads"),))
     return Variants("kind", {"embedded": Node({"kind": text()}), "hf": Node({"kind": text(), "name": text()}),
                              "tiny": tiny})
+
+
+def encoder_layers(cfg: Mapping[str, Any]) -> int | None:
+    """The encoder's number of layers: ``tiny``'s ``num_layers``, else its Hugging Face config's,
+    read from local files only (the shipped MiniLM's, a folder, the Hub cache); None where there
+    is none yet (an ``encoder=hf`` model not downloaded)."""
+    if cfg["kind"] == "tiny":
+        return cfg["num_layers"]
+    from transformers import AutoConfig
+
+    from robustnlu.model.encoders import embedded_model_path
+
+    try:
+        config = AutoConfig.from_pretrained(cfg["name"] if cfg["kind"] == "hf" else embedded_model_path(),
+                                            local_files_only=True)
+    except (OSError, ValueError):  # not on this machine (the run downloads it), or not a model name
+        return None
+    return getattr(config, "num_hidden_layers", None)
 
 
 TINY_POSITIONS_RULE = Rule(
@@ -40,8 +61,8 @@ def trainer() -> Node:
         "precision": choice(*PRECISIONS), "gradient_clip_val": number(NON_NEGATIVE, null=True),
         "log_every_n_steps": integer(AT_LEAST_1), "deterministic": AnyOf((flag(), choice("warn")), "must be true, false or warn"),
         "enable_model_summary": flag(), "enable_progress_bar": flag(), "use_distributed_sampler": flag(),
-        "strategy": Anything(), "on_nonfinite": choice("stop", "skip"),
-    }, optional=frozenset({"strategy", "on_nonfinite"}), extra=arguments_of("pytorch_lightning.Trainer"))
+        "strategy": Anything(), "num_nodes": integer(AT_LEAST_1), "on_nonfinite": choice("stop", "skip"),
+    }, optional=frozenset({"strategy", "num_nodes", "on_nonfinite"}), extra=arguments_of("pytorch_lightning.Trainer"))
 
 
 def callbacks() -> MapOf:

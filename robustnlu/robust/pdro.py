@@ -59,7 +59,7 @@ class PDRO(RobustObjective):
         temperature: float = 0.01,
         window: int = 5,
         adversary_lr: float = 1e-4,
-        max_grad_norm: float = 10.0,
+        max_grad_norm: float | None = 10.0,
         pretrain_epochs: int = 1,
         pretrain_lr: float = 3e-4,
         pretrain_batch_size: int = 64,
@@ -67,13 +67,14 @@ class PDRO(RobustObjective):
         **kwargs,
     ):
         """``adversary``: a factory of q_ψ taking the `ModelSpec`; τ = ``temperature``,
-        k = ``window`` minibatches, λ = ``adversary_lr``; ψ0 is fitted for ``pretrain_epochs``
-        epochs with Adam (``pretrain_lr``) on batches of ``pretrain_batch_size`` utterances."""
+        k = ``window`` minibatches, λ = ``adversary_lr``, ``max_grad_norm`` its gradient clipping
+        (None = none); ψ0 is fitted for ``pretrain_epochs`` epochs with Adam (``pretrain_lr``) on
+        batches of ``pretrain_batch_size`` utterances."""
         super().__init__(**kwargs)
         if window < 1:
             raise ValueError(f"window={window}: the normaliser needs at least one minibatch")
         self.temperature = float(temperature)
-        self.max_grad_norm = float(max_grad_norm)
+        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.pretrain_epochs = int(pretrain_epochs)
         self.pretrain_lr = float(pretrain_lr)
         self.pretrain_batch_size = int(pretrain_batch_size)

@@ -39,9 +39,11 @@ class TopKAE(RobustObjective):
     def __init__(self, groups: Callable[..., OnlineAutoencoder], k: int = 4, assignment: str = "prob",
                  ae_lr: float = 3e-4, ae_weight_decay: float = 0.01, **kwargs):
         """``groups``: the autoencoder's factory (``method.groups``, conf/groups/autoencoder.yaml), called with
-        the encoder's hidden size d; ``k``: top-k per group; ``assignment``: "prob" | "bin";
+        the encoder's hidden size d; ``k``: top-k per group (k ≥ 1); ``assignment``: "prob" | "bin";
         ``ae_lr`` λ_AE and ``ae_weight_decay`` α_AE: the autoencoder's AdamW."""
         super().__init__(**kwargs)
+        if k < 1:
+            raise ValueError(f"k={k}: expected k >= 1")
         if assignment not in ASSIGNMENTS:
             raise ValueError(f"assignment={assignment!r}: expected one of {ASSIGNMENTS}")
         self.k = int(k)

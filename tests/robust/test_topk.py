@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from robustnlu.groups.base import GroupSource
+from robustnlu.robust.erm import ERM
 from robustnlu.robust.topk import TopK
 from robustnlu.robust.topk_group import TopKGroup
 from tests.robust.helpers import task_losses
@@ -48,6 +49,18 @@ def test_k_below_one_is_rejected():
         TopK(k=0)
     with pytest.raises(ValueError, match="k=0"):
         TopKGroup(groups=FixedGroups([[1.0]]), k=0)
+
+
+def test_topk_over_the_whole_batch_is_erm_and_one_less_is_not():
+    """Why the config check wants k < the batch size b (robustnlu/config_schema/method.py TOP_K_RULE):
+    k = b (or more) averages every loss, ERM's mean; k = b - 1 already leaves the smallest out."""
+    slot, intent = [1.0, 2.0, 3.0, 6.0], [0.5, 0.0, 1.5, 2.0]
+    step = task_losses(slot, intent)
+    erm = ERM(intent_loss_scale=GAMMA)(step).item()
+    assert erm == pytest.approx(3.0 + GAMMA * 1.0)
+    for k in (4, 5, 100_000):
+        assert TopK(k=k, intent_loss_scale=GAMMA)(step).item() == pytest.approx(erm)
+    assert TopK(k=3, intent_loss_scale=GAMMA)(step).item() == pytest.approx(11 / 3 + GAMMA * 4 / 3)
 
 
 def np_topk_group(losses, groups, k):

@@ -249,6 +249,11 @@ def test_state_round_trip_continues_identically():
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+def test_k_below_one_is_rejected():
+    with pytest.raises(ValueError, match="k=0"):
+        topk_ae(4, 2, k=0)
+
+
 @pytest.mark.parametrize(("overrides", "name"), [
     (["method=topk_ae_prob"], "topk_ae_prob"),
     (["method=topk_ae_bin"], "topk_ae_bin"),
