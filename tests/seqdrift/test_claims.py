@@ -70,13 +70,14 @@ def test_a_live_owner_is_waited_for(tmp_path, caplog):
             atomic_write_text(result, "computed by the owner")
             claim.unlink()
 
+        began = time.monotonic()
         threading.Thread(target=finish).start()
         with caplog.at_level(logging.INFO, logger="robustnlu.io"):
-            value, took = compute_timed(result, stale_s=STALE_S)
+            value, _ = compute_timed(result, stale_s=STALE_S)
     finally:
         owner.kill()
         owner.wait()
-    assert value == "computed by the owner" and took >= 1.5
+    assert value == "computed by the owner" and time.monotonic() - began >= 1.5
     (record,) = caplog.records  # said once, not at every look
     assert record.getMessage() == f"waiting for {HOST} {owner.pid}, which is computing {result} (claim {claim})"
 
@@ -86,9 +87,10 @@ def test_a_claim_whose_owner_cannot_be_seen_is_taken_over_only_once_stale(text, 
     """Another host's pid says nothing here (here it is even this process's), and an empty claim
     is one whose owner has not written it yet: only the heartbeat tells that they are dead."""
     result, claim = claimed(tmp_path, text)
+    written = claim.stat().st_mtime
     with caplog.at_level(logging.WARNING, logger="robustnlu.io"):
-        value, took = compute_timed(result, stale_s=1.0)
-    assert value == "computed here" and took >= 1.0
+        value, _ = compute_timed(result, stale_s=1.0)
+    assert value == "computed here" and time.time() - written > 1.0
     (record,) = caplog.records
     assert record.getMessage().startswith(f"taking over the claim {claim} on {result}: not touched for ")
 
