@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
 import tempfile
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 UMASK = os.umask(0)  # read once (os.umask can only be read by setting it) and restored at once
 os.umask(UMASK)
@@ -46,8 +48,13 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_with(path, lambda f: f.write(text.encode("utf-8")))
 
 
+def json_text(obj: Any) -> str:
+    """``obj`` as the JSON files of robustnlu are written: indented, sorted keys, UTF-8 as is."""
+    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
 def atomic_write_json(path: str | Path, obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    return atomic_write_text(path, json_text(obj))
 
 
 def atomic_write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
@@ -57,6 +64,7 @@ def atomic_write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
 CLAIM_HEARTBEAT_S = 15.0  # a claim's owner touches it this often while it computes
 CLAIM_STALE_S = 120.0  # a claim not touched for this long is a dead owner's: taken over
 CLAIM_POLL_S = 0.5  # how often a waiting process looks for the result
+_HELD: set[Path] = set()  # the claims this process holds
 
 
 def compute_once(
@@ -72,13 +80,16 @@ def compute_once(
     ask at the same time (on one machine or on a shared filesystem), the others waiting for it.
 
     The claim is the file ``<result>.claim``, created with ``O_CREAT | O_EXCL`` (atomic, also on
-    NFS v3+) and holding the owner's host and pid; its owner touches it every ``heartbeat_s``
-    while ``compute()`` runs (which must write the result atomically before it returns). A claim
-    untouched for ``stale_s`` belongs to a process that died: it is removed and claimed anew. If
-    ``compute()`` fails, the claim is released and a waiting process takes over.
+    NFS v3+) and holding the owner's host and pid (``"<host> <pid>"``); its owner touches it
+    every ``heartbeat_s`` while ``compute()`` runs (which must write the result atomically
+    before it returns). A claim whose owner is dead is taken over, with a warning: at once when
+    the owner ran on this host and its pid is gone (`dead_owner`), else once the claim has not
+    been touched for ``stale_s``. A live owner is waited for (logged once). If ``compute()``
+    fails, the claim is released and a waiting process takes over.
     """
     claim = Path(f"{result}.claim")
     claim.parent.mkdir(parents=True, exist_ok=True)
+    waiting = False
     while True:
         found = load()
         if found is not None:
@@ -87,31 +98,76 @@ def compute_once(
             fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666 & ~UMASK)
         except FileExistsError:
             try:
-                if time.time() - claim.stat().st_mtime > stale_s:
-                    claim.unlink(missing_ok=True)  # its owner stopped touching it: dead
-                    continue
+                text = claim.read_text(encoding="utf-8", errors="replace")
+                idle = time.time() - claim.stat().st_mtime
             except FileNotFoundError:
                 continue  # released meanwhile
+            why = dead_owner(claim, text) or (f"not touched for {idle:.0f} s" if idle > stale_s else None)
+            if why:
+                logger.warning("taking over the claim %s on %s: %s", claim, result, why)
+                take_over(claim, text)
+                continue
+            if not waiting:
+                logger.info("waiting for %s, which is computing %s (claim %s)", text.strip() or "another process", result, claim)
+                waiting = True
             time.sleep(poll_s)
             continue
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{socket.gethostname()} {os.getpid()}\n")
-        found = load()  # written between our look and our claim
-        if found is not None:
-            claim.unlink(missing_ok=True)
-            return found
-        done = threading.Event()
-
-        def heartbeat() -> None:
-            while not done.wait(heartbeat_s):
-                with contextlib.suppress(OSError):
-                    os.utime(claim)
-
-        beat = threading.Thread(target=heartbeat, daemon=True)
-        beat.start()
+        _HELD.add(claim)
         try:
-            return compute()
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{socket.gethostname()} {os.getpid()}\n")
+            found = load()  # written between our look and our claim
+            if found is not None:
+                return found
+            done = threading.Event()
+
+            def heartbeat() -> None:
+                while not done.wait(heartbeat_s):
+                    with contextlib.suppress(OSError):
+                        os.utime(claim)
+
+            beat = threading.Thread(target=heartbeat, daemon=True)
+            beat.start()
+            try:
+                return compute()
+            finally:
+                done.set()
+                beat.join()
         finally:
-            done.set()
-            beat.join()
             claim.unlink(missing_ok=True)
+            _HELD.discard(claim)
+
+
+def dead_owner(claim: Path, text: str) -> str | None:
+    """Why the owner of ``claim``, which reads ``text``, is certainly dead (it ran on this host
+    and its pid is gone, or is this process's pid while this process does not hold the claim),
+    or None: alive, on another host (only the heartbeat tells), or the claim is being written."""
+    host, _, pid = text.strip().rpartition(" ")
+    if host != socket.gethostname() or not pid.isdigit():
+        return None
+    if int(pid) == os.getpid():
+        return None if claim in _HELD else f"process {pid} of this host held it and has ended (its pid is this process's now)"
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return f"process {pid} of this host held it and has ended"
+    except PermissionError:
+        pass  # alive, another user's
+    return None
+
+
+def take_over(claim: Path, seen: str) -> None:
+    """Remove ``claim`` if it still reads ``seen``. Several waiters may find the same dead claim:
+    each renames it to a name of its own first, and puts back what it renamed if that is no longer
+    the dead claim but a new owner's, so that a new owner's claim is not removed by a late waiter."""
+    mine = claim.with_name(f"{claim.name}.{socket.gethostname()}.{os.getpid()}.taken")
+    try:
+        os.rename(claim, mine)
+    except FileNotFoundError:
+        return
+    try:
+        if mine.read_text(encoding="utf-8", errors="replace") != seen:
+            with contextlib.suppress(OSError):  # FileExistsError: yet another owner claimed it meanwhile
+                os.link(mine, claim)
+    finally:
+        mine.unlink(missing_ok=True)

@@ -15,6 +15,7 @@ the validation split) while the label distribution is kept close to the training
   default: the same split on every machine; ``drift.clusters``);
 - `robustnlu.seqdrift.stats`: Table-4-like statistics;
 - `robustnlu.seqdrift.artifact`: the content-addressed cache (computed once under concurrency);
+  `robustnlu.seqdrift.entries`: its entries, checked against their ``SHA256SUMS`` before use;
 - `robustnlu.seqdrift.pipeline`: `make_drift_split`, everything chained and cached;
 - ``python -m robustnlu.seqdrift``: the command line (conf/seqdrift.yaml; ``--verify``);
   ``python -m robustnlu.seqdrift.canonical``: check, verify or write the shipped clusterings.

@@ -1,8 +1,9 @@
 """``python -m robustnlu.seqdrift [overrides] [--inspect[=N]] [--verify]``: make a SeqDrift split.
 
 A Hydra app over ``conf/seqdrift.yaml`` (the ``dataset``, ``drift`` and ``validation`` groups of
-a training run). It computes the split, or reuses it from ``<cache_dir>/seqdrift/<key>/``,
-writes ``split.json``, ``stats.json`` and ``stats.txt`` to the run directory and prints the
+a training run). It computes the split, or reuses it from ``<cache_dir>/seqdrift/<key>/`` (if
+that entry passes its checks, `robustnlu.seqdrift.artifact`), writes ``split.json``,
+``stats.json`` (with their ``SHA256SUMS``) and ``stats.txt`` to the run directory and prints the
 statistics table. ``--inspect`` (``--inspect=N``) also prints the 5 (N) largest test drift
 clusters, a few utterances each, like the paper's Table 5; it is rewritten to the override
 ``inspect=5`` (``inspect=N``) before Hydra reads the command line, so ``inspect=N`` works too.

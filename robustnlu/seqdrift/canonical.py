@@ -2,7 +2,8 @@
 clusterings shipped in ``data/seqdrift/`` (`robustnlu.seqdrift.shipped`).
 
 - ``check`` (fast): rebuild the split of every scenario (full/partial x i.i.d./o.o.d.) from each
-  shipped clustering and compare its ``split.json`` with the sha256 in ``MANIFEST.json``;
+  shipped clustering and compare its ``split.json`` and cache key with ``MANIFEST.json``'s (a
+  run checks its canonical split against them: a stale manifest stops it);
 - ``verify``: compute each clustering afresh on this machine and compare it with the shipped
   one (identical, or the adjusted Rand index and the share of utterances placed alike);
 - ``write``: compute the clusterings and write them with the manifest (what the maintainers ran
@@ -15,7 +16,6 @@ everything agrees, 1 when something differs.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +31,9 @@ from robustnlu.seqdrift.artifact import CLUSTER_OPTIONS, Clustering, clusters_ke
 from robustnlu.seqdrift.pipeline import cluster_utterances, split_from_clustering
 from robustnlu.seqdrift.shipped import SHIPPED_DIR, file_sha256, manifest, shipped_clustering, write_clustering, write_manifest
 from robustnlu.seqdrift.config import SplitConfig
+from robustnlu.seqdrift.entries import sha256_text
 from robustnlu.seqdrift.filtering import Filtered, filter_utterances
+from robustnlu.seqdrift.split import DriftSplit
 
 # name -> the preset whose drift config the clustering is for (drift seed 0)
 CANONICAL = {
@@ -75,9 +77,9 @@ def load_preset(name: str) -> Preset:
     return preset_of(compose_run_config([f"+experiment={CANONICAL[name]}"]), name)
 
 
-def split_sha256(preset: Preset, clustering: Clustering, partial: bool, validation: str) -> str:
-    split = split_from_clustering(preset.corpus, preset.scenario(partial, validation), preset.filtered, clustering, None)
-    return hashlib.sha256(split.to_json().encode("utf-8")).hexdigest()
+def scenario_split(preset: Preset, clustering: Clustering, partial: bool, validation: str) -> DriftSplit:
+    """The split of one scenario, with its cache key (no cache, no manifest check)."""
+    return split_from_clustering(preset.corpus, preset.scenario(partial, validation), preset.filtered, clustering, None)
 
 
 def scenario_name(partial: bool, validation: str) -> str:
@@ -107,13 +109,16 @@ def shipped_of(preset: Preset, shipped_dir: Path) -> Clustering:
 
 def check(preset: Preset, shipped_dir: Path) -> bool:
     clustering = shipped_of(preset, shipped_dir)
-    expected = manifest(shipped_dir)[preset.key]["splits"]
+    entry = manifest(shipped_dir)[preset.key]
     ok = True
     for partial, validation in SCENARIOS:
         name = scenario_name(partial, validation)
-        same = split_sha256(preset, clustering, partial, validation) == expected[name]
-        ok &= same
-        print(f"{preset.name} {name}: split.json {'matches' if same else 'DIFFERS from'} the manifest's sha256")
+        split = scenario_split(preset, clustering, partial, validation)
+        differ = [what for what, same in (("sha256", sha256_text(split.to_json()) == entry["splits"][name]),
+                                          ("cache key", split.key == entry["split_keys"][name])) if not same]
+        ok &= not differ
+        verdict = f"DIFFERS from the manifest: {', '.join(differ)}" if differ else "matches the manifest"
+        print(f"{preset.name} {name}: split.json {verdict}")
     return ok
 
 
@@ -129,6 +134,7 @@ def write(presets: list[Preset], shipped_dir: Path) -> None:
         clustering = compute(preset)
         path = write_clustering(shipped_dir, preset.name, clustering, {k: getattr(preset.cfg, k) for k in CLUSTER_OPTIONS})
         shipped = Clustering(clustering.uids, clustering.ids, "shipped", clustering.key, path.name)
+        splits = {scenario_name(p, v): scenario_split(preset, shipped, p, v) for p, v in SCENARIOS}
         entries[preset.name] = {
             "clusters_key": preset.key,
             "clusters_sha256": clustering.sha256,
@@ -138,7 +144,8 @@ def write(presets: list[Preset], shipped_dir: Path) -> None:
             "n_clusters": int(len(set(clustering.ids.tolist()) - {-1})),
             "n_utterances": len(clustering.uids),
             "name": preset.name,
-            "splits": {scenario_name(p, v): split_sha256(preset, shipped, p, v) for p, v in SCENARIOS},
+            "split_keys": {name: split.key for name, split in splits.items()},
+            "splits": {name: sha256_text(split.to_json()) for name, split in splits.items()},
         }
         write_manifest(shipped_dir, [entries[name] for name in sorted(entries)])
         print(f"{preset.name}: wrote {path.name} ({len(clustering.uids)} utterances)")

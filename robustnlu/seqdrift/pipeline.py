@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from robustnlu.data.utterance import Corpus
-from robustnlu.errors import ConfigError
+from robustnlu.errors import ConfigError, DataError
 from robustnlu.seqdrift.artifact import (
+    SPLIT_FILE,
     Clustering,
     artifact_dir,
     cache_key,
@@ -33,8 +34,9 @@ from robustnlu.seqdrift.artifact import (
     save_clusters,
     save_split,
 )
-from robustnlu.seqdrift.shipped import MANIFEST_FILE, SHIPPED_DIR, shipped_clustering
+from robustnlu.seqdrift.shipped import MANIFEST_FILE, SHIPPED_DIR, canonical_split, shipped_clustering
 from robustnlu.seqdrift.config import SplitConfig
+from robustnlu.seqdrift.entries import UnusableEntry
 from robustnlu.seqdrift.filtering import Filtered, filter_utterances
 from robustnlu.seqdrift.split import DriftSplit, identity_split, split_by_clusters
 from robustnlu.seqdrift.stats import split_statistics
@@ -104,9 +106,14 @@ def resolve_clustering(utterances, cfg: SplitConfig, cache_dir: str | Path | Non
     return cached_computation(cache_dir, f"clusters-{key}", load, compute)
 
 
-def split_from_clustering(corpus: Corpus, cfg: SplitConfig, filtered: Filtered, clustering: Clustering, cache_dir: str | Path | None) -> DriftSplit:
-    """The split (with statistics) of ``filtered`` by ``clustering``, through the split cache."""
+def split_from_clustering(corpus: Corpus, cfg: SplitConfig, filtered: Filtered, clustering: Clustering,
+                          cache_dir: str | Path | None, shipped_dir: str | Path | None = None) -> DriftSplit:
+    """The split (with statistics) of ``filtered`` by ``clustering``, through the split cache.
+    A canonical scenario of a shipped clustering (`canonical_split` in ``shipped_dir``) must be
+    the split the manifest records: a cached one that is not is recomputed, and a computed one
+    that is not is refused (`DataError` naming the manifest), as it cannot be recomputed."""
     key = cache_key(corpus, cfg, clustering)
+    canonical = canonical_split(shipped_dir, key) if shipped_dir is not None and clustering.source == "shipped" else None
 
     def compute() -> DriftSplit:
         started = time.time()
@@ -115,6 +122,10 @@ def split_from_clustering(corpus: Corpus, cfg: SplitConfig, filtered: Filtered, 
         split.key = key
         split.stats = split_statistics(split, corpus, seed=cfg.seed)
         logger.info("SeqDrift split of %s computed in %.1f s", corpus.name, time.time() - started)
+        problem = canonical and canonical.mismatch(split.to_json())
+        if problem:
+            raise DataError(canonical.manifest, None, f"the {canonical.name} split built here from {clustering.file} is not "
+                                                      f"the canonical one: {problem}")
         if cache_dir is not None:
             logger.info("wrote split %s", save_split(cache_dir, split))
         return split
@@ -123,9 +134,13 @@ def split_from_clustering(corpus: Corpus, cfg: SplitConfig, filtered: Filtered, 
         return compute()
 
     def load() -> DriftSplit | None:
-        cached = load_split(cache_dir, key)
-        if cached is not None:
-            logger.info("reusing cached split %s", artifact_dir(cache_dir, key))
+        cached = load_split(cache_dir, key, cfg.to_dict(), clustering.record())
+        if cached is None:
+            return None
+        problem = canonical and canonical.mismatch(cached.to_json())
+        if problem:
+            raise UnusableEntry(artifact_dir(cache_dir, key) / SPLIT_FILE, problem)
+        logger.info("reusing cached split %s", artifact_dir(cache_dir, key))
         return cached
 
     return cached_computation(cache_dir, key, load, compute)
@@ -140,8 +155,9 @@ def make_drift_split(
 ) -> DriftSplit:
     """The SeqDrift split of ``corpus`` for ``cfg.drift`` and ``cfg.validation``, from the
     shipped clustering in ``shipped_dir`` when one matches (`robustnlu.seqdrift.shipped`),
-    read from ``<cache_dir>/seqdrift/<key>/`` when it was computed before (``cache_dir=None``:
-    no cache). Bad options raise `ConfigError`."""
+    read from ``<cache_dir>/seqdrift/<key>/`` when it was computed before and passes its checks
+    (`robustnlu.seqdrift.artifact`; ``cache_dir=None``: no cache). Bad options raise
+    `ConfigError`; a shipped file or canonical split that differs from the manifest `DataError`."""
     cfg = SplitConfig.from_configs(drift_cfg, validation_cfg)
     if cfg.kind == "none":
         split = identity_split(corpus, cfg)
@@ -152,7 +168,7 @@ def make_drift_split(
     if n <= cfg.n_clusters:
         raise ConfigError(f"drift.n_clusters: {cfg.n_clusters} clusters for {n} utterances left after filtering")
     clustering = resolve_clustering(filtered.utterances, cfg, cache_dir, shipped_dir)
-    return split_from_clustering(corpus, cfg, filtered, clustering, cache_dir)
+    return split_from_clustering(corpus, cfg, filtered, clustering, cache_dir, shipped_dir)
 
 
 __all__ = ["cluster_utterances", "make_drift_split", "resolve_clustering", "split_from_clustering"]

@@ -65,9 +65,13 @@ import numpy as np
 from robustnlu.data.utterance import SPLITS, Corpus, Utterance
 from robustnlu.errors import ConfigError, RobustNLUError
 from robustnlu.seqdrift.config import SplitConfig
+from robustnlu.seqdrift.entries import check_fields, parse_json
 from robustnlu.seqdrift.filtering import Filtered, relabel, utterance_labels
 
 FORMAT = "robustnlu-seqdrift-split/1"
+ASSIGNED = (*SPLITS, "removed")  # where an utterance can go
+_HEAD_TYPES = {"config": dict, "format": str, "info": dict, "key": object, "relabelled_slots": list, "rows": list}
+_ROW_TYPES = {"cluster": int, "in_drift": bool, "split": str, "uid": str}
 
 # rng phases: default_rng([seed, phase])
 _TEST_CLUSTERS, _OOD_CLUSTERS, _TEST_FILL, _OOD_FILL, _IID = 1, 2, 3, 4, 5
@@ -214,10 +218,25 @@ class DriftSplit:
 
     @classmethod
     def from_json(cls, text: str, stats: dict[str, Any] | None = None) -> DriftSplit:
-        doc = json.loads(text)
-        if doc.get("format") != FORMAT:
-            raise ValueError(f"not a {FORMAT} file (format {doc.get('format')!r})")
-        assignments = {r["uid"]: Assignment(r["split"], int(r["cluster"]), bool(r["in_drift"])) for r in doc["rows"]}
+        """The split `to_json` wrote. Anything else (not JSON, another format, a missing,
+        renamed or extra field, a value of the wrong type, an unknown split name, a uid twice)
+        raises ValueError naming the problem: a split file is used whole or not at all."""
+        doc = parse_json(text)
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise ValueError(f"not a {FORMAT} file")
+        check_fields(doc, _HEAD_TYPES, "the file")
+        if not all(isinstance(s, str) for s in doc["relabelled_slots"]) or not isinstance(doc["key"], (str, type(None))):
+            raise ValueError("relabelled_slots must be strings and key a string or null")
+        assignments = {}
+        for number, row in enumerate(doc["rows"], 1):
+            check_fields(row, _ROW_TYPES, f"row {number}")
+            if row["split"] not in ASSIGNED:
+                raise ValueError(f"row {number}: split {row['split']!r} is not one of {', '.join(ASSIGNED)}")
+            if row["cluster"] < -1:
+                raise ValueError(f"row {number}: cluster {row['cluster']} is below -1 (isolated)")
+            if row["uid"] in assignments:
+                raise ValueError(f"row {number}: uid {row['uid']!r} appears twice")
+            assignments[row["uid"]] = Assignment(row["split"], row["cluster"], row["in_drift"])
         return cls(assignments, doc["config"], tuple(doc["relabelled_slots"]), doc["info"], stats or {}, doc["key"])
 
 

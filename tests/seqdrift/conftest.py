@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from robustnlu.data.utterance import Corpus, Utterance
+from robustnlu.seqdrift import pipeline
 from robustnlu.seqdrift.config import SplitConfig
 
 
@@ -66,3 +67,35 @@ def as_corpus() -> Callable[[Sequence[Utterance]], Corpus]:
         return Corpus(name, [u for i, u in enumerate(rest) if i % 7 != 6], valid, [u for i, u in enumerate(rest) if i % 7 == 6])
 
     return build
+
+
+#: ten clusters of 10 utterances and 300 isolated ones, all of one intent and slot
+TEN_CLUSTERS = [(10, "A", ["x"], c) for c in range(10)] + [(300, "A", ["x"], -1)]
+
+
+@pytest.fixture
+def hand_drift() -> dict:
+    """The drift options of `hand_corpus`: no filtering, its 10 clusters."""
+    return {"kind": "slot_context", "n_clusters": 10, "min_intent_freq": 0, "min_slot_freq": 0, "require_slots": False}
+
+
+@pytest.fixture
+def hand_corpus(clustered, as_corpus):
+    """`TEN_CLUSTERS` as a corpus, and uid -> its hand-made cluster."""
+    utts, ids = clustered(TEN_CLUSTERS)
+    return as_corpus(utts), dict(zip((u.uid for u in utts), ids))
+
+
+@pytest.fixture
+def spy_clusters(monkeypatch, hand_corpus) -> list[int]:
+    """Replace the clustering with the hand-made ids of `hand_corpus`; the list of the sizes it
+    was called with (one entry per clustering computed)."""
+    _, cluster_of = hand_corpus
+    calls = []
+
+    def fake(utterances, cfg):
+        calls.append(len(utterances))
+        return [cluster_of[u.uid] for u in utterances]
+
+    monkeypatch.setattr(pipeline, "cluster_utterances", fake)
+    return calls

@@ -1,5 +1,6 @@
-"""Functions that several spawned processes of tests/seqdrift/test_canonical.py run at once (a
-module of their own: a spawned process imports it, and this one imports little)."""
+"""Functions that spawned processes of the SeqDrift tests run (test_canonical.py: several at once;
+test_claims.py: one killed mid-clustering); a module of their own: a spawned process imports it,
+and this one imports little."""
 
 from __future__ import annotations
 
@@ -50,3 +51,19 @@ def race_for_a_split(args) -> str:
     corpus.train, corpus.valid, corpus.test = (corpus.split(s)[::6] for s in ("train", "valid", "test"))
     drift = {"kind": "slot_context", "n_clusters": 20, "min_intent_freq": 30, "min_slot_freq": 10}
     return make_drift_split(corpus, drift, {"kind": "iid"}, cache).to_json()
+
+
+def cluster_until_killed(args) -> None:
+    """`python -m robustnlu.seqdrift <overrides>` as far as its clustering, which never ends
+    (touches ``started`` when it begins): the test kills this process there, leaving its claim."""
+    overrides, started = args
+    from hydra import compose, initialize_config_dir
+
+    def forever(utterances, cfg):
+        Path(started).touch()
+        time.sleep(3600)
+
+    pipeline.cluster_utterances = forever
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="seqdrift", overrides=overrides)
+    make_drift_split(load_corpus(cfg.dataset, REPO), cfg.drift, cfg.validation, cfg.paths.cache_dir)

@@ -34,7 +34,7 @@ def test_every_canonical_clustering_is_shipped_with_its_checksums():
     for entry in entries.values():
         path = SHIPPED / entry["file"]
         assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["file_sha256"]
-        assert sorted(entry["splits"]) == ["full-iid", "full-ood", "partial-iid", "partial-ood"]
+        assert sorted(entry["splits"]) == sorted(entry["split_keys"]) == ["full-iid", "full-ood", "partial-iid", "partial-ood"]
 
 
 @pytest.mark.parametrize("name", ["snips-slot_context", "atis-slot_value"])

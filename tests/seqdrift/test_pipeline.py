@@ -11,43 +11,19 @@ from omegaconf import OmegaConf
 
 from integration_helpers import REPO, run_cli, write_snips_sample_jsonl
 from robustnlu.data.readers import load_corpus
-from robustnlu.seqdrift import pipeline
-from robustnlu.seqdrift.artifact import SPLIT_FILE, STATS_FILE, artifact_dir
+from robustnlu.seqdrift.artifact import CLUSTERS_FILE, SPLIT_FILE, STATS_FILE, artifact_dir
+from robustnlu.seqdrift.entries import SUMS_FILE
 from robustnlu.seqdrift.pipeline import make_drift_split
 
 
-DRIFT = {"kind": "slot_context", "n_clusters": 10, "min_intent_freq": 0, "min_slot_freq": 0, "require_slots": False}
-TEN_CLUSTERS = [(10, "A", ["x"], c) for c in range(10)] + [(300, "A", ["x"], -1)]
-
-
-@pytest.fixture
-def hand_corpus(clustered, as_corpus):
-    utts, ids = clustered(TEN_CLUSTERS)
-    return as_corpus(utts), dict(zip((u.uid for u in utts), ids))
-
-
-@pytest.fixture
-def spy_clusters(monkeypatch, hand_corpus):
-    """Replace the clustering with the hand-made ids; count the calls."""
-    _, cluster_of = hand_corpus
-    calls = []
-
-    def fake(utterances, cfg):
-        calls.append(len(utterances))
-        return [cluster_of[u.uid] for u in utterances]
-
-    monkeypatch.setattr(pipeline, "cluster_utterances", fake)
-    return calls
-
-
-def test_second_call_reuses_the_cached_split(hand_corpus, spy_clusters, tmp_path, caplog):
+def test_second_call_reuses_the_cached_split(hand_corpus, spy_clusters, tmp_path, caplog, hand_drift):
     corpus, _ = hand_corpus
-    first = make_drift_split(corpus, DRIFT, {"kind": "ood"}, tmp_path)
+    first = make_drift_split(corpus, hand_drift, {"kind": "ood"}, tmp_path)
     folder = artifact_dir(tmp_path, first.key)
-    assert sorted(p.name for p in folder.iterdir()) == [SPLIT_FILE, STATS_FILE]  # no temp file left
+    assert sorted(p.name for p in folder.iterdir()) == [SUMS_FILE, SPLIT_FILE, STATS_FILE]  # no temp file left
     mtime = (folder / SPLIT_FILE).stat().st_mtime_ns
     with caplog.at_level(logging.INFO, logger="robustnlu.seqdrift"):
-        second = make_drift_split(corpus, DRIFT, {"kind": "ood"}, tmp_path)
+        second = make_drift_split(corpus, hand_drift, {"kind": "ood"}, tmp_path)
     assert spy_clusters == [400]  # clustered once
     assert "reusing cached split" in caplog.text
     assert (folder / SPLIT_FILE).stat().st_mtime_ns == mtime
@@ -55,26 +31,26 @@ def test_second_call_reuses_the_cached_split(hand_corpus, spy_clusters, tmp_path
     assert second.stats == first.stats == json.loads((folder / STATS_FILE).read_text())
     assert second.apply(corpus).test == first.apply(corpus).test
     # another option or seed: another key
-    other = make_drift_split(corpus, {**DRIFT, "seed": 1}, {"kind": "ood"}, tmp_path)
+    other = make_drift_split(corpus, {**hand_drift, "seed": 1}, {"kind": "ood"}, tmp_path)
     assert other.key != first.key and spy_clusters == [400, 400]
     assert other.to_json() != first.to_json()
     # partial drift and i.i.d. validation: new splits, the same clustering (cached on its own)
     with caplog.at_level(logging.INFO, logger="robustnlu.seqdrift"):
-        variant = make_drift_split(corpus, {**DRIFT, "partial": True}, {"kind": "iid"}, tmp_path)
+        variant = make_drift_split(corpus, {**hand_drift, "partial": True}, {"kind": "iid"}, tmp_path)
     assert variant.key not in (first.key, other.key) and spy_clusters == [400, 400]
     assert "reusing cached clusters" in caplog.text
 
 
-def test_same_inputs_give_byte_identical_files_in_separate_caches(hand_corpus, spy_clusters, tmp_path):
+def test_same_inputs_give_byte_identical_files_in_separate_caches(hand_corpus, spy_clusters, tmp_path, hand_drift):
     corpus, _ = hand_corpus
-    a = make_drift_split(corpus, DRIFT, {"kind": "iid"}, tmp_path / "a")
-    b = make_drift_split(corpus, DRIFT, {"kind": "iid"}, tmp_path / "b")
+    a = make_drift_split(corpus, hand_drift, {"kind": "iid"}, tmp_path / "a")
+    b = make_drift_split(corpus, hand_drift, {"kind": "iid"}, tmp_path / "b")
     assert a.key == b.key
     files = [artifact_dir(tmp_path / d, a.key) / SPLIT_FILE for d in ("a", "b")]
     assert files[0].read_bytes() == files[1].read_bytes()
 
 
-def test_a_failed_write_leaves_no_split_file_and_the_next_call_recomputes(hand_corpus, spy_clusters, tmp_path, monkeypatch):
+def test_a_failed_write_leaves_no_split_file_and_the_next_call_recomputes(hand_corpus, spy_clusters, tmp_path, monkeypatch, hand_drift):
     import robustnlu.io
 
     corpus, _ = hand_corpus
@@ -87,26 +63,17 @@ def test_a_failed_write_leaves_no_split_file_and_the_next_call_recomputes(hand_c
 
     monkeypatch.setattr(robustnlu.io.os, "replace", crash)
     with pytest.raises(OSError, match="disk full"):
-        make_drift_split(corpus, DRIFT, {"kind": "iid"}, tmp_path)
+        make_drift_split(corpus, hand_drift, {"kind": "iid"}, tmp_path)
     written = sorted(p.relative_to(tmp_path / "seqdrift").parts for p in (tmp_path / "seqdrift").rglob("*") if p.is_file())
-    assert sorted(w[0] if w[0] == "clusters" else w[-1] for w in written) == ["clusters", STATS_FILE]
+    # the clustering's entry is complete; the split's has its stats.json but neither split.json nor SHA256SUMS
+    assert [w[-1] for w in written if w[0] == "clusters"] == [SUMS_FILE, CLUSTERS_FILE]
+    assert [w[-1] for w in written if w[0] != "clusters"] == [STATS_FILE]
     assert not list((tmp_path / "seqdrift").rglob(SPLIT_FILE))  # no split.json,
     assert not list((tmp_path / "seqdrift").rglob("*.tmp"))  # no temp file
     monkeypatch.setattr(robustnlu.io.os, "replace", real_replace)
-    split = make_drift_split(corpus, DRIFT, {"kind": "iid"}, tmp_path)
+    split = make_drift_split(corpus, hand_drift, {"kind": "iid"}, tmp_path)
     assert spy_clusters == [400]  # the clustering was saved before the crash
     assert (artifact_dir(tmp_path, split.key) / SPLIT_FILE).is_file()
-
-
-def test_a_corrupt_cache_entry_is_recomputed(hand_corpus, spy_clusters, tmp_path):
-    corpus, _ = hand_corpus
-    split = make_drift_split(corpus, DRIFT, {"kind": "iid"}, tmp_path)
-    path = artifact_dir(tmp_path, split.key) / SPLIT_FILE
-    path.write_text(path.read_text()[:100])
-    for cached in (tmp_path / "seqdrift" / "clusters").iterdir():
-        cached.write_text("{")
-    again = make_drift_split(corpus, DRIFT, {"kind": "iid"}, tmp_path)
-    assert spy_clusters == [400, 400] and again.to_json() == path.read_text() == split.to_json()
 
 
 def test_drift_none_is_the_dataset_split_without_cache(hand_corpus, spy_clusters, tmp_path):
