@@ -23,28 +23,28 @@ the end of training.
 
 from __future__ import annotations
 
-import json
 import logging
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from robustnlu.cli import hydra_app, repo_root, run_or_exit
 from robustnlu.data.readers import load_corpus
 from robustnlu.data.utterance import Corpus, Utterance
 from robustnlu.errors import ConfigError, DataError
-from robustnlu.io import atomic_write_json, atomic_write_text
+from robustnlu.io import atomic_write_json, atomic_write_text, check_outputs
 from robustnlu.metrics.registry import NOISE
-from robustnlu.metrics.robustness import NoiseScore, score_table
+from robustnlu.metrics.robustness import NoiseScore, read_suites, score_table
 from robustnlu.metrics.slu import SLUMetrics
 from robustnlu.noise.augment import build_transform
 from robustnlu.noise.base import noise_all
 from robustnlu.noise.casing import tokenizer_ignores_case
 from robustnlu.noise.suite import NoisyPair, load_noisy_suite
-from robustnlu.predict import Predictor
+from robustnlu.predict import Predictor, inference_device
 from robustnlu.rundir import RunDir
 from robustnlu.seqdrift.pipeline import make_drift_split
 from robustnlu.seqdrift.shipped import SHIPPED_DIR
@@ -132,25 +132,60 @@ def evaluate_suites(
     return results
 
 
-def write_robustness(run_dir: Path, results: Mapping[str, dict[str, Any]], checkpoint: str | None) -> str:
-    """Merge ``results`` into ``<run_dir>/robustness.json``, rewrite robustness.md; the tables."""
+def earlier_suites(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The suites ``<run_dir>/robustness.json`` already holds (`read_suites`: a file cut short is
+    a `DataError`), {} if there is none."""
     path = RunDir(run_dir).robustness_file
-    merged = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"suites": {}}
-    for name, entry in results.items():
-        merged["suites"][name] = {**entry, "checkpoint": checkpoint}
-    atomic_write_json(path, merged)
+    return read_suites(path) if path.is_file() else {}
+
+
+def write_robustness(run_dir: Path, results: Mapping[str, dict[str, Any]], checkpoint: str | None,
+                     earlier: Mapping[str, dict[str, Any]] | None = None) -> str:
+    """``results`` merged into the suites ``<run_dir>/robustness.json`` holds (``earlier``, read
+    by the caller before its work, else now: `earlier_suites`), robustness.md rewritten; the tables."""
+    earlier = earlier_suites(run_dir) if earlier is None else earlier
+    merged = {"suites": {**earlier, **{name: {**entry, "checkpoint": checkpoint} for name, entry in results.items()}}}
+    atomic_write_json(RunDir(run_dir).robustness_file, merged)
     tables = "\n\n".join(
         f"## {name} (checkpoint {entry['checkpoint']}; metrics in %)\n\n"
         f"{score_table([NoiseScore.from_dict(d) for d in entry['scores']])}"
         for name, entry in merged["suites"].items()
     )
-    atomic_write_text(run_dir / "robustness.md", tables + "\n")
+    atomic_write_text(Path(run_dir) / "robustness.md", tables + "\n")
     return tables
 
 
-def run_corpus_of(run_cfg: DictConfig) -> Corpus:
-    """The run's corpus as it trained on it: its dataset re-split by its drift split (cached)."""
-    corpus = load_corpus(run_cfg.dataset, repo_root(run_cfg))
+#: what evaluate reads from the run's config.yaml
+RUN_CONFIG_KEYS = ("dataset", "drift", "validation", "seed", "paths.root", "paths.cache_dir")
+
+
+def read_run_config(run: RunDir, ckpt: Path) -> DictConfig:
+    """The run's ``config.yaml`` (next to ``RUN/checkpoints/``); `DataError` naming it if it is
+    missing, not a YAML mapping, cut short (no line break at its end: `robustnlu.train` writes
+    one) or without one of `RUN_CONFIG_KEYS`."""
+    path = run.config_file
+    if not path.is_file():
+        raise DataError(path, None, f"no run config next to checkpoint {ckpt} (expected RUN/checkpoints/<file>.ckpt)")
+    try:
+        text = path.read_text(encoding="utf-8")
+        cfg = OmegaConf.create(text)
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(path, None, f"cannot read: {err}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        raise DataError(path, mark.line + 1 if mark else None, f"invalid YAML: {getattr(err, 'problem', err)}") from None
+    if not text.endswith("\n"):
+        raise DataError(path, text.count("\n") + 1, "no line break at the end of the last line: the file is cut short")
+    if not isinstance(cfg, DictConfig):
+        raise DataError(path, None, "not a run config: expected a YAML mapping")
+    for key in RUN_CONFIG_KEYS:
+        if OmegaConf.select(cfg, key, default=KeyError) is KeyError:
+            raise DataError(path, None, f"missing key {key!r}: not a whole run config (cut short?)")
+    return cfg
+
+
+def run_corpus_of(run_cfg: DictConfig, corpus: Corpus) -> Corpus:
+    """The run's corpus as it trained on it: its dataset ``corpus`` re-split by its drift split (cached)."""
     return make_drift_split(
         corpus, run_cfg.drift, run_cfg.validation, run_cfg.paths.cache_dir, repo_root(run_cfg) / SHIPPED_DIR
     ).apply(corpus)
@@ -159,16 +194,17 @@ def run_corpus_of(run_cfg: DictConfig) -> Corpus:
 def evaluate(cfg: DictConfig) -> str:
     if not cfg.get("suite"):
         raise ConfigError("choose at least one suite: suite=noisy_nlu or suite=[noisy_nlu,synthetic]")
+    device = inference_device(cfg.device, "device")
     ckpt = Path(cfg.ckpt)
-    predictor = Predictor.from_checkpoint(ckpt, cfg.device)  # a file that is not a checkpoint: DataError
+    predictor = Predictor.from_checkpoint(ckpt, device)  # a file that is not a checkpoint: DataError
     run = RunDir.of_checkpoint(ckpt)
-    run_dir, config = run.path, run.config_file
-    if not config.is_file():
-        raise DataError(config, None, f"no run config next to checkpoint {ckpt} (expected RUN/checkpoints/<file>.ckpt)")
-    run_cfg = OmegaConf.load(config)
-    results = evaluate_suites(predictor, cfg.suite, run_cfg, run_corpus_of(run_cfg), cfg.batch_size)
-    tables = write_robustness(run_dir, results, str(ckpt.resolve().relative_to(run_dir)))
-    print(f"{tables}\n\nwritten: {run.robustness_file}, {run_dir / 'robustness.md'}")
+    run_cfg = read_run_config(run, ckpt)
+    earlier = earlier_suites(run.path)  # read before the work: a file cut short stops it
+    dataset = load_corpus(run_cfg.dataset, repo_root(run_cfg))
+    check_outputs([run.robustness_file, run.path / "robustness.md"], [ckpt, run.config_file, *dataset.files()], "ckpt")
+    results = evaluate_suites(predictor, cfg.suite, run_cfg, run_corpus_of(run_cfg, dataset), cfg.batch_size)
+    tables = write_robustness(run.path, results, str(ckpt.resolve().relative_to(run.path)), earlier)
+    print(f"{tables}\n\nwritten: {run.robustness_file}, {run.path / 'robustness.md'}")
     return tables
 
 

@@ -1,6 +1,8 @@
 """Atomic output: every file is written to a temporary sibling and renamed into place, so a
-crash or a bad input never leaves a half-written result behind; `compute_once` makes
-concurrent processes (a Slurm array on a shared filesystem) compute a cached result once."""
+crash or a bad input never leaves a half-written result behind; `check_outputs` refuses, before
+any work, an output path that would overwrite one of a command's inputs or cannot be written;
+`compute_once` makes concurrent processes (a Slurm array on a shared filesystem) compute a
+cached result once."""
 
 from __future__ import annotations
 
@@ -12,15 +14,70 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
+
+from robustnlu.errors import ConfigError
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 UMASK = os.umask(0)  # read once (os.umask can only be read by setting it) and restored at once
 os.umask(UMASK)
+
+
+def same_path(a: str | Path, b: str | Path) -> bool:
+    """Whether ``a`` and ``b`` name the same file or folder, however spelled: the same device and
+    inode where both exist (symbolic and hard links, ``..``, relative paths), else the same
+    resolved path."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_outputs(outputs: Iterable[str | Path], inputs: Iterable[str | Path], option: str,
+                  within: Iterable[str | Path] = ()) -> None:
+    """Refuse, before a command does any work, an output file it would write: one that is one of
+    its ``inputs`` (`same_path`), lies inside one of the folders ``within`` (a run directory it
+    reads), is an existing folder, or cannot be created (the nearest existing path above it is
+    not a writable folder). `ConfigError` naming ``option``, the option that chose the path."""
+    sources = [Path(p) for p in inputs]
+    folders = [Path(p).resolve() for p in within]
+    for out in map(Path, outputs):
+        if clash := next((p for p in sources if same_path(out, p)), None):
+            shown = "" if str(clash) == str(out) else f" ({clash})"
+            raise ConfigError(f"{option}: {out} is an input of this command{shown}; writing it would overwrite "
+                              f"the input: choose another {option}")
+        resolved = out.resolve()
+        if run := next((d for d in folders if d == resolved or d in resolved.parents), None):
+            raise ConfigError(f"{option}: {out} lies inside {run}, a run directory this command reads: choose "
+                              f"another {option}")
+        if out.is_dir():
+            raise ConfigError(f"{option}: {out} is a directory, not a file")
+        parent = _nearest_existing(out.parent)
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            why = "not a directory" if not parent.is_dir() else "not writable"
+            raise ConfigError(f"{option}: cannot write {out}: {parent} is {why}")
+
+
+@contextlib.contextmanager
+def writing(option: str) -> Iterator[None]:
+    """Around a command's writes: an `OSError` (a path `check_outputs` could not foresee, a full
+    disk) becomes a `ConfigError` naming ``option`` and the path."""
+    try:
+        yield
+    except OSError as err:
+        where = f" {err.filename}" if err.filename else ""
+        raise ConfigError(f"{option}: cannot write{where}: {err.strerror or err}") from None
 
 
 def atomic_write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:

@@ -7,6 +7,15 @@ A plain argparse CLI (a Hydra app would parse the utterance as a config override
 are split on white space, as the training data is tokenised. The checkpoint is read by
 `robustnlu.checkpoint.read_checkpoint` (``weights_only=True``: no pickled code is executed; a
 file that is not a robustnlu checkpoint is one ``error:`` line, exit 2).
+
+Every answer is the model's reading of the whole utterance, or there is none: an utterance
+longer than the encoder reads (its positions, e.g. 128 sub-word tokens for ``encoder=tiny``,
+512 for BERT) is refused, not cut, since the words past the limit would be tagged ``O`` unread
+and the intent judged on a prefix; so is an utterance without words. With ``--file`` the error
+names the file and line, and nothing is written. ``--out`` must not be an input (the
+``--file`` or the checkpoint, however spelled), a directory, or unwritable; ``--device`` must
+be a device this machine has (cpu, cuda, cuda:<index>, mps). Each is refused before the model is
+loaded, except the length, which needs the model's tokenizer.
 """
 
 from __future__ import annotations
@@ -14,19 +23,43 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
+from robustnlu.data.bio import slot_spans
 from robustnlu.data.datamodule import Collator, encode_utterances
 from robustnlu.data.readers.common import read_lines
 from robustnlu.data.utterance import Utterance
-from robustnlu.errors import entry_point
-from robustnlu.io import atomic_write_jsonl
-from robustnlu.data.bio import slot_spans
+from robustnlu.errors import ConfigError, DataError, entry_point
+from robustnlu.io import atomic_write_jsonl, check_outputs, writing
 from robustnlu.model.encoders import load_tokenizer
 from robustnlu.module import SLUModule
+
+#: the most sub-word tokens any input gets, whatever the tokenizer and encoder allow
+MAX_TOKENS = 512
+
+
+def inference_device(name: str, option: str) -> torch.device:
+    """The device ``name`` (cpu, cuda, cuda:<index>, mps) if this machine has it; `ConfigError`
+    naming ``option`` otherwise."""
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"{option}={name!r} is not a device: cpu, cuda, cuda:<index> or mps") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if not count:
+            raise ConfigError(f"{option}={name}: this machine has no CUDA device (torch {torch.__version__}); use cpu")
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"{option}={name}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"{option}={name}: MPS is not available on this machine; use cpu")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"{option}={name}: not a device to predict on: cpu, cuda, cuda:<index> or mps")
+    return device
 
 
 class Predictor:
@@ -35,13 +68,24 @@ class Predictor:
     def __init__(self, module: SLUModule, tokenizer):
         self.module = module.eval()
         self.tokenizer = tokenizer
-        self.max_length = min(tokenizer.model_max_length, 512)
+        #: sub-word tokens per input, the special ones included: what the tokenizer and the
+        #: encoder's position embeddings both allow
+        self.max_length = min(tokenizer.model_max_length, module.model.encoder.config.max_position_embeddings,
+                              MAX_TOKENS)
         self.collate = Collator(tokenizer.pad_token_id)
 
     @classmethod
-    def from_checkpoint(cls, ckpt: str | Path, device: str = "cpu") -> Predictor:
+    def from_checkpoint(cls, ckpt: str | Path, device: str | torch.device = "cpu") -> Predictor:
         module = SLUModule.from_checkpoint(ckpt, device)
         return cls(module, load_tokenizer(module.hparams.encoder_spec))
+
+    def words_read(self, utterances: Sequence[Utterance]) -> list[int]:
+        """How many words of each utterance fit `max_length` (`encode_utterances`): the words
+        after them are tagged ``O`` without being read."""
+        with warnings.catch_warnings():  # encode_utterances warns about the cut ones: the caller decides
+            warnings.simplefilter("ignore", UserWarning)
+            encoded = encode_utterances(utterances, self.tokenizer, self.module.vocab, self.max_length)
+        return [len(e.word_index) for e in encoded]
 
     @torch.no_grad()
     def predict_utterances(self, utterances: Sequence[Utterance], batch_size: int = 64) -> list[tuple[str, list[str]]]:
@@ -61,7 +105,7 @@ class Predictor:
 
     def predict(self, texts: Sequence[str], batch_size: int = 64) -> list[dict]:
         """Parse raw texts (split on white space): intent, tags and slot spans for each."""
-        utts = [Utterance(f"input-{i}", tuple(t.split()), ("O",) * len(t.split()), "") for i, t in enumerate(texts)]
+        utts = text_utterances(texts)
         rows = []
         for u, (intent, tags) in zip(utts, self.predict_utterances(utts, batch_size), strict=True):
             toks = list(u.tokens)
@@ -71,9 +115,27 @@ class Predictor:
         return rows
 
 
-def read_utterances(path: Path) -> list[str]:
-    """The non-blank lines of ``path``, read strictly as UTF-8 like every dataset file."""
-    return [line.strip() for line in read_lines(path) if line.strip()]
+def text_utterances(texts: Sequence[str]) -> list[Utterance]:
+    """Raw texts as utterances to predict: split on white space, no gold labels."""
+    return [Utterance(f"input-{i}", tuple(t.split()), ("O",) * len(t.split()), "") for i, t in enumerate(texts)]
+
+
+def read_utterances(path: Path) -> dict[int, str]:
+    """Line number → utterance of the non-blank lines of ``path``, read strictly as UTF-8 like
+    every dataset file."""
+    return {n: line.strip() for n, line in enumerate(read_lines(path), start=1) if line.strip()}
+
+
+def check_lengths(predictor: Predictor, texts: dict[int, str], file: Path | None) -> None:
+    """Refuse the first utterance (by line of ``file``; without a file, the one from the command
+    line) that is longer than the encoder reads."""
+    for (line, text), read in zip(texts.items(), predictor.words_read(text_utterances(list(texts.values()))),
+                                  strict=True):
+        words = len(text.split())
+        if read < words:
+            problem = (f"{words} words, longer than the model reads: its encoder takes {predictor.max_length} "
+                       f"sub-word tokens, the first {read} words; shorten or split the utterance")
+            raise DataError(file, line, problem) if file else ConfigError(f"the utterance has {problem}")
 
 
 @entry_point
@@ -82,16 +144,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ckpt", required=True, help="a checkpoint written by a training run")
     parser.add_argument("--file", type=Path, help="read one utterance per line (writes JSONL)")
     parser.add_argument("--out", type=Path, help="with --file: write the JSONL here instead of stdout")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:<index> or mps")
     parser.add_argument("utterance", nargs="*", help="the utterance to parse (words separated by spaces)")
     args = parser.parse_args(argv)
     if bool(args.file) == bool(args.utterance):
         parser.error("give either an utterance or --file")
-    texts = read_utterances(args.file) if args.file else [" ".join(args.utterance)]
-    rows = Predictor.from_checkpoint(args.ckpt, args.device).predict(texts)
+    if args.out and not args.file:
+        raise ConfigError("--out needs --file (the answer for an utterance on the command line is printed)")
+    if args.out:
+        check_outputs([args.out], [args.file, args.ckpt], "--out")
+    device = inference_device(args.device, "--device")
+    if args.file:
+        texts = read_utterances(args.file)  # a file of blank lines only: "empty file"
+    elif text := " ".join(args.utterance).strip():
+        texts = {0: text}
+    else:
+        raise ConfigError("the utterance is empty: there is nothing to parse")
+    predictor = Predictor.from_checkpoint(args.ckpt, device)
+    check_lengths(predictor, texts, args.file)
+    rows = predictor.predict(list(texts.values()))
     if args.file:
         if args.out:
-            atomic_write_jsonl(args.out, rows)
+            with writing("--out"):
+                atomic_write_jsonl(args.out, rows)
         else:
             sys.stdout.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
         return 0

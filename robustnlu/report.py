@@ -20,7 +20,8 @@ report itself already written). The artifact holds the report files only, never
 Each of a method's models is tested against the ERM model of the same seed (utterances paired by
 uid); the decision rule and the family-wise error are described in
 `robustnlu.analysis.statistics` and in report.md. Deterministic given --seed. A directory without any
-run: a one-line error, exit status 2, nothing written.
+run, a run whose results.json or predictions cannot be read whole, or an ``--out`` inside a run
+directory: a one-line error, exit status 2, nothing written.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from robustnlu.analysis.runs import MIN_CLUSTER_SIZE
+from robustnlu.analysis.runs import MIN_CLUSTER_SIZE, run_dirs_under
 from robustnlu.errors import RobustNLUError, entry_point
 from robustnlu.extras import require
+from robustnlu.io import check_outputs
 
 
 TABLES = ("table10_metrics", "relative_change", "significance_counts")
@@ -116,8 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from robustnlu.analysis.study import build_study, write_report
+    from robustnlu.analysis.study import FILES, build_study, write_report
 
+    check_outputs([args.out / name for name in FILES], (), "--out", within=run_dirs_under(args.dirs))
     study = build_study(args.dirs, alpha=args.alpha, rounds=args.rounds, seed=args.seed, rule=args.rule,
                         min_cluster_size=args.min_cluster_size)
     written = write_report(study, args.out)

@@ -76,6 +76,12 @@ def jsonl_overrides(paths: dict[str, Path]) -> list[str]:
     return ["dataset=jsonl", *(f"dataset.{k}={v}" for k, v in paths.items())]
 
 
+def file_bytes(folder: Path) -> dict[str, bytes]:
+    """Every file below ``folder`` (relative path → its bytes): compared before and after a command
+    to show that it left its inputs untouched and wrote nothing there."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
 def cli_env(**extra: str) -> dict[str, str]:
     """The environment of a CLI subprocess: offline, and importing this checkout's robustnlu (the
     repository root first on PYTHONPATH, ahead of whatever copy is installed) and the test helpers

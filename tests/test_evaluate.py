@@ -6,11 +6,12 @@ recomputation (plain intent accuracy, seqeval slot F1) from the saved checkpoint
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from seqeval.metrics import f1_score
 
-from integration_helpers import FAST, REPO, compose_config, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from integration_helpers import FAST, REPO, compose_config, file_bytes, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu.data.readers import load_corpus
 from robustnlu.evaluate import UNCASED_NOTE
 from robustnlu.noise.casing import tokenizer_ignores_case
@@ -110,3 +111,59 @@ def test_augmentation_is_recorded_in_results(mode, tmp_path):
     assert record["selected"] == 240 and 0 < record["stats"]["utterances_changed"] < 240
     expected_train = 240 + (record["stats"]["utterances_changed"] if mode == "append" else 0)
     assert record["appended"] == expected_train - 240 and results["sizes"]["train"] == expected_train
+
+
+# ------------------------------------------------------------------ a run directory cut short
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """A tiny model trained one epoch on a small jsonl sample (no suite): its run directory."""
+    out = tmp_path_factory.mktemp("small")
+    sample = write_snips_sample_jsonl(out / "data", n_train=60, n_eval=20)
+    run(compose_config([*FAST, *jsonl_overrides(sample), "trainer.max_epochs=1"], out / "run"))
+    return out / "run"
+
+
+def cut_config_before_seed(path):
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:next(i for i, line in enumerate(lines) if line.startswith("seed:"))]))
+
+
+ROBUSTNESS = json.dumps({"suites": {"synthetic": {"scores": [], "pairs": [], "checkpoint": "x.ckpt"}}}, indent=2)
+
+
+@pytest.mark.parametrize("file, damage, problem", [
+    ("config.yaml", lambda p: p.write_text(p.read_text()[:-1]),
+     lambda p: f":{p.read_text().count(chr(10)) + 1}: no line break at the end of the last line: the file is cut short"),
+    ("config.yaml", cut_config_before_seed, lambda p: ": missing key 'seed': not a whole run config (cut short?)"),
+    ("config.yaml", lambda p: p.write_text("dataset:\n  name: [jsonl\n"),
+     lambda p: ":3: invalid YAML: expected ',' or ']', but got '<stream end>'"),
+    ("robustness.json", lambda p: p.write_text(ROBUSTNESS[:ROBUSTNESS.index('"scores"')]),
+     lambda p: ":4: invalid JSON: Expecting property name enclosed in double quotes"),
+    ("robustness.json", lambda p: p.write_text('{"suites": []}'),
+     lambda p: ": not a robustness.json (TypeError: suites must be an object, got list)"),
+])
+def test_evaluate_into_a_run_with_a_file_cut_short_is_one_error_line_and_writes_nothing(
+        small_run, tmp_path, file, damage, problem):
+    """Before: a traceback (yaml's, omegaconf's, or json's after the whole suite had been scored)."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(small_run, run_dir)
+    damage(run_dir / file)
+    before = file_bytes(run_dir)
+    (ckpt,) = (run_dir / "checkpoints").glob("best-*.ckpt")
+    proc = run_cli([f"ckpt={ckpt}", "suite=[synthetic]"], cwd=tmp_path, module="robustnlu.evaluate")
+    assert proc.returncode == 2
+    assert proc.stderr == f"error: {run_dir / file}{problem(run_dir / file)}\n"
+    assert file_bytes(run_dir) == before and not (tmp_path / "outputs").exists()
+
+
+def test_evaluate_on_a_device_that_is_no_device_writes_nothing(small_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(small_run, run_dir)
+    before = file_bytes(run_dir)
+    (ckpt,) = (run_dir / "checkpoints").glob("best-*.ckpt")
+    proc = run_cli([f"ckpt={ckpt}", "suite=[synthetic]", "device=bogus"], cwd=tmp_path, module="robustnlu.evaluate")
+    assert proc.returncode == 2
+    assert proc.stderr == "error: device='bogus' is not a device: cpu, cuda, cuda:<index> or mps\n"
+    assert file_bytes(run_dir) == before and not (tmp_path / "outputs").exists()

@@ -1,13 +1,17 @@
-"""Atomic output (robustnlu/io.py): all or nothing, with the permissions of a plain open."""
+"""Atomic output (robustnlu/io.py): all or nothing, with the permissions of a plain open; outputs that
+would overwrite an input, or cannot be written, refused before any work."""
 
 from __future__ import annotations
 
 import os
+import re
 import stat
+from pathlib import Path
 
 import pytest
 
-from robustnlu.io import atomic_write_json, atomic_write_text
+from robustnlu.errors import ConfigError
+from robustnlu.io import atomic_write_json, atomic_write_text, check_outputs, same_path
 
 
 def test_an_atomic_write_gets_the_permissions_of_a_plain_open(tmp_path):
@@ -27,3 +31,48 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
         atomic_write_json(target, {"a": object()})  # not JSON-serialisable
     assert target.read_text() == '{\n  "a": 1\n}\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+def test_an_output_that_is_an_input_however_spelled_is_refused(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    data.mkdir()
+    train = data / "train.jsonl"
+    train.write_text("{}\n")
+    os.link(train, tmp_path / "hard.jsonl")
+    (tmp_path / "soft").symlink_to(data)
+    monkeypatch.chdir(tmp_path)
+    spellings = [train, Path("data/train.jsonl"), data / ".." / "data" / "train.jsonl", tmp_path / "hard.jsonl",
+                 tmp_path / "soft" / "train.jsonl"]
+    for out in spellings:
+        with pytest.raises(ConfigError) as info:
+            check_outputs([data / "test.jsonl", out], [train], "out_dir")
+        shown = "" if out == train else f" ({train})"
+        assert str(info.value) == (f"out_dir: {out} is an input of this command{shown}; writing it would overwrite "
+                                   "the input: choose another out_dir")
+    check_outputs([data / "test.jsonl", tmp_path / "new" / "deeper" / "train.jsonl"], [train], "out_dir")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "hard.jsonl", "soft"]  # a check creates nothing
+
+
+def test_an_output_inside_a_run_directory_a_folder_or_unwritable_is_refused(tmp_path):
+    run, runs = tmp_path / "run", tmp_path / "runs"  # "runs" starts with "run" but is not inside it
+    run.mkdir()
+    (tmp_path / "file").write_text("x")
+    check_outputs([runs / "report.md"], [], "--out", within=[run])
+    for out, problem in [
+        (run / "report.md", f"{run / 'report.md'} lies inside {run}, a run directory this command reads"),
+        (run / "a" / "report.md", f"{run / 'a' / 'report.md'} lies inside {run}, a run directory this command reads"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(problem) + ": choose another --out$"):
+            check_outputs([out], [], "--out", within=[run])
+    with pytest.raises(ConfigError, match=re.escape(f"--out: {run} is a directory, not a file") + "$"):
+        check_outputs([run], [], "--out")
+    with pytest.raises(ConfigError, match=re.escape(f"--out: cannot write {tmp_path / 'file' / 'x' / 'o.jsonl'}: "
+                                                    f"{tmp_path / 'file'} is not a directory") + "$"):
+        check_outputs([tmp_path / "file" / "x" / "o.jsonl"], [], "--out")
+
+
+def test_same_path_compares_files_and_paths_not_yet_written(tmp_path):
+    (tmp_path / "a").write_text("x")
+    assert same_path(tmp_path / "a", tmp_path / "." / "a")
+    assert same_path(tmp_path / "new" / ".." / "b", tmp_path / "b")  # neither exists: the resolved paths
+    assert not same_path(tmp_path / "a", tmp_path / "b")

@@ -9,6 +9,7 @@ import csv
 import hashlib
 import json
 import math
+import shutil
 from pathlib import Path
 
 import matplotlib
@@ -19,7 +20,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from integration_helpers import (  # noqa: E402
-    FAST, SMALL_DRIFT, compose_config, jsonl_overrides, run_cli, write_snips_sample_jsonl)
+    FAST, SMALL_DRIFT, compose_config, file_bytes, jsonl_overrides, run_cli, write_snips_sample_jsonl)
 from robustnlu.analysis import figures, statistics, study as st  # noqa: E402
 from robustnlu.analysis.runs import Run  # noqa: E402
 from robustnlu.analysis.significance import (  # noqa: E402
@@ -309,3 +310,50 @@ def test_the_change_to_erm_uses_the_erm_models_of_the_same_seeds(monkeypatch):
     m = next(c for c in comparisons if c.method == "m")
     assert m.changes["combined"] == pytest.approx(100 * (89 - 85) / 85)
     assert next(c for c in comparisons if c.method == "erm").changes["combined"] == 0.0
+
+
+# ------------------------------------------------------------------ damaged input, misplaced output
+
+RECORD = Path(__file__).parent / "analysis" / "reproduction_record"
+
+
+def erm_and_topk(root: Path) -> Path:
+    """Two runs of one scenario and seed, copies of a real record (50 test utterances): the
+    report pairs TopK with ERM and reads both runs' test predictions."""
+    for method in ("erm", "topk"):
+        shutil.copytree(RECORD, root / method)
+        results = json.loads((RECORD / "results.json").read_text())
+        (root / method / "results.json").write_text(json.dumps({**results, "method": method}))
+    return root
+
+
+def test_a_report_of_two_sound_runs_is_written(tmp_path):
+    """The control of the tests below: the same runs, undamaged, give a report."""
+    sweep = erm_and_topk(tmp_path / "sweep")
+    proc = run_cli([str(sweep), "--out", str(tmp_path / "out"), "--rounds", "10"], cwd=tmp_path, module="robustnlu.report")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(st.FILES)
+
+
+def test_predictions_cut_short_are_one_error_line_and_nothing_is_written(tmp_path):
+    sweep = erm_and_topk(tmp_path / "sweep")
+    gz = sweep / "topk" / "predictions" / "test.jsonl.gz"
+    gz.write_bytes(gz.read_bytes()[:-4])  # the gzip trailer cut off: all 50 lines decompress, then the stream ends
+    before = file_bytes(sweep)
+    proc = run_cli([str(sweep), "--out", str(tmp_path / "out"), "--rounds", "10"], cwd=tmp_path, module="robustnlu.report")
+    assert proc.returncode == 2
+    assert proc.stderr == (f"error: {gz}: cannot be read past line 50 (cut short or corrupt?): EOFError: Compressed "
+                           "file ended before the end-of-stream marker was reached\n")
+    assert not (tmp_path / "out").exists() and file_bytes(sweep) == before
+
+
+@pytest.mark.parametrize("inside", ["topk", "topk/predictions"])
+def test_an_out_folder_inside_a_run_directory_is_refused_before_any_work(tmp_path, inside):
+    sweep = erm_and_topk(tmp_path / "sweep")
+    before = file_bytes(sweep)
+    out = sweep / inside
+    proc = run_cli([str(sweep), "--out", str(out)], cwd=tmp_path, module="robustnlu.report")
+    assert proc.returncode == 2
+    assert proc.stderr == (f"error: --out: {out / st.FILES[0]} lies inside {sweep / 'topk'}, a run directory this "
+                           "command reads: choose another --out\n")
+    assert file_bytes(sweep) == before

@@ -97,6 +97,24 @@ def test_predictions_of_a_compact_record_gzipped(tmp_path):
     assert run.predictions() == b
 
 
+def test_a_gzipped_record_cut_short_or_not_utf8_names_the_file(tmp_path):
+    """A record's predictions cut short (a copy interrupted, a disk full) or corrupt: a `DataError`
+    naming the file and the last line read, not gzip's EOFError."""
+    path = tmp_path / "test.jsonl.gz"
+    whole = gzip.compress(jsonl(rows(3)).encode())
+    path.write_bytes(whole[:-4])  # the trailer's length field: the 3 rows decompress, then the stream ends
+    with pytest.raises(DataError) as info:
+        read_predictions(path)
+    assert str(info.value) == (f"{path}: cannot be read past line 3 (cut short or corrupt?): EOFError: Compressed "
+                               "file ended before the end-of-stream marker was reached")
+    path.write_bytes(whole[:10])  # the header alone
+    with pytest.raises(DataError, match=r": cannot be read past line 0 \(cut short or corrupt\?\): EOFError: "):
+        read_predictions(path)
+    path.write_bytes(gzip.compress(jsonl(rows(1)).encode() + b"\xff\n"))
+    with pytest.raises(DataError, match=r": cannot be read past line 0 \(cut short or corrupt\?\): UnicodeDecodeError: "):
+        read_predictions(path)
+
+
 def test_walk_finds_runs_at_any_depth_but_not_inside_a_run(tmp_path):
     sweep = tmp_path / "sweep"
     finished(sweep / "iid" / "erm-1")

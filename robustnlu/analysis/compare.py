@@ -4,6 +4,8 @@ the core paper's result tables report it (Tables 11-14: "%" columns = relative c
 
 A directory is a run directory (it holds ``results.json``) or a sweep directory whose
 sub-directories are runs (Hydra multirun: ``<sweep>/<job number>-<scenario>-<method>-seed<seed>/``, taken in job order).
+A results.json that lacks what the table shows (`robustnlu.analysis.runs.results_problem`): one
+``error:`` line naming it, exit status 2.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from robustnlu.analysis.runs import RESULTS_KEYS, Run, check_results
 from robustnlu.errors import DataError, entry_point
 from robustnlu.metrics.registry import COMPARE, METRICS, relative_change
 from robustnlu.rundir import RunDir, sweep_runs
@@ -28,6 +31,9 @@ def run_dirs(paths: list[Path]) -> list[RunDir]:
         found += runs
     return found
 
+
+#: what the table reads from a results.json: what every report reads, and each `COMPARE` test metric
+COMPARED_KEYS = (*RESULTS_KEYS, *((f"metrics.test.{key}", float) for key in COMPARE))
 
 #: width of a metric cell: "100.00 (+123.45%)" and a separating space
 CELL = 19
@@ -59,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path, help="run directories or sweep directories")
     args = parser.parse_args(argv)
-    runs = [d.results() for d in run_dirs(args.dirs)]
+    found = [Run(d.path, d.results()) for d in run_dirs(args.dirs)]
+    check_results(found, COMPARED_KEYS)
+    runs = [r.results for r in found]
     labels = [f"{r['method']} (seed {r['seed']})" for r in runs]
     first = runs[0]
     print(f"{first['dataset']}, drift {first['drift']['kind']}; test metrics in %, "

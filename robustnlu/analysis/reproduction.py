@@ -68,7 +68,7 @@ from robustnlu.analysis.statistics import (
     significance_counts,
 )
 from robustnlu.analysis.study_tables import relative_change_table, table10 as scenario_table
-from robustnlu.io import atomic_write_text
+from robustnlu.io import atomic_write_text, check_outputs
 
 #: The significance tests of the report: the paper's (section 5.2), fixed so the report is
 #: reproducible byte for byte.
@@ -212,10 +212,13 @@ def render(records: Records, design: Design, reading: str | None = None) -> tupl
 
 def write(records_root: Path, design: Design, out: Path) -> list[Path]:
     """``report.md`` and `FIGURES` under ``out`` (with ``out``/`READING` as the section
-    "Reading" if it exists), rendered before the first file is written."""
+    "Reading" if it exists), rendered before the first file is written; every record is read
+    whole first (`read_records`), and ``out`` must not lie inside one (`check_outputs`)."""
+    records = read_records(records_root)
+    check_outputs([Path(out) / name for name in (*FIGURES, "report.md")], (), "--out",
+                  within=[run.path for run in records.runs.values()])
     reading = Path(out) / READING
-    text, figures = render(read_records(records_root), design,
-                           reading.read_text(encoding="utf-8") if reading.is_file() else None)
+    text, figures = render(records, design, reading.read_text(encoding="utf-8") if reading.is_file() else None)
     written = [atomic_save_figure(fig, Path(out) / name) for name, fig in figures.items()]
     written.append(atomic_write_text(Path(out) / "report.md", text))
     return written

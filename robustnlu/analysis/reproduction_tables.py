@@ -4,7 +4,6 @@ search, ERM's valid curves, the splits, the worst cluster, the settings and the 
 
 from __future__ import annotations
 
-import csv
 import math
 import re
 from collections import Counter, defaultdict
@@ -14,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from robustnlu.analysis import paper_results as paper
-from robustnlu.analysis.records import Design, Records
+from robustnlu.analysis.records import Design, Records, valid_combined_by_epoch
 from robustnlu.analysis.runs import BASELINE, MIN_CLUSTER_SIZE, Run, method_order, worst_cluster
 from robustnlu.analysis.statistics import Comparison, MethodStats
 from robustnlu.metrics.registry import METRICS, REPRODUCTION_SUMMARY, relative_change
@@ -145,16 +144,9 @@ def valid_curve(run: Run) -> list[float | None]:
     ``metrics.csv`` (the last valid row of each epoch; the row logged after training is the
     final evaluation, not an epoch). None for an epoch the log lacks: a run resumed before
     `robustnlu.resume.ResumableCSVLogger` lost the rows of the epochs it had trained before."""
-    path = run.dir.metrics_csv
-    if not path.is_file():
-        return []
-    by_epoch: dict[int, float] = {}
-    with path.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            if row.get("valid/combined"):
-                by_epoch[int(row["epoch"])] = 100.0 * float(row["valid/combined"])
+    by_epoch = valid_combined_by_epoch(run)
     trained = int(run.results.get("epochs_trained") or len(by_epoch))
-    return [by_epoch.get(epoch) for epoch in range(trained)] if by_epoch else []
+    return [100.0 * by_epoch[epoch] if epoch in by_epoch else None for epoch in range(trained)] if by_epoch else []
 
 
 def last_epoch_gain(curve: Sequence[float | None]) -> float | None:

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from robustnlu.errors import DataError, entry_point
 from robustnlu.metrics.registry import METRICS, NOISE_EFFECTS
-from robustnlu.metrics.robustness import NoiseScore, pct, score_table, signed
-from robustnlu.rundir import RunDir, read_json_object
+from robustnlu.metrics.robustness import NoiseScore, pct, read_suites, score_table, signed
+from robustnlu.rundir import RunDir
 from robustnlu.tables import markdown_lines
 
 EFFECTS = ("drop", "gain", "residual", "clean_cost")
@@ -84,11 +84,7 @@ def load_scores(run_dir: Path) -> dict[str, list[NoiseScore]]:
     path = RunDir(run_dir).robustness_file
     if not path.is_file():
         raise DataError(path, None, "no robustness results (train with suite=[...] or run python -m robustnlu.evaluate)")
-    data = read_json_object(path)
-    try:
-        return {suite: [NoiseScore.from_dict(d) for d in entry["scores"]] for suite, entry in data["suites"].items()}
-    except (KeyError, TypeError, AttributeError) as err:
-        raise DataError(path, None, f"not a robustness.json ({type(err).__name__}: {err})") from None
+    return {suite: [NoiseScore.from_dict(d) for d in entry["scores"]] for suite, entry in read_suites(path).items()}
 
 
 @entry_point

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from robustnlu.errors import DataError, RobustNLUError
-from robustnlu.metrics.registry import PER_GROUP, metric
+from robustnlu.metrics.registry import PER_GROUP, TESTED, metric
 from robustnlu.rundir import RunDir, walk
 from robustnlu.scenario import Scenario
 
@@ -130,12 +130,48 @@ def discover(paths: Sequence[Path]) -> tuple[list[Run], list[Incomplete]]:
     return runs, incomplete
 
 
-def check_results(runs: Iterable[Run]) -> None:
-    """`DataError` naming the first ``results.json`` that lacks a key a report reads."""
+#: what every report reads from a results.json: (dotted key, type), in the order they are checked
+RESULTS_KEYS: tuple[tuple[str, type], ...] = (
+    ("dataset", str), ("method", str), ("seed", int), ("drift", dict), ("drift.kind", str), ("metrics", dict),
+    ("metrics.valid", dict), ("metrics.test", dict),
+    *((f"metrics.{split}.{key}", float) for split in ("valid", "test") for key in TESTED),
+)
+TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", dict: "an object"}
+
+
+def results_problem(results: dict[str, Any], keys: Sequence[tuple[str, type]] = RESULTS_KEYS) -> str | None:
+    """What makes ``results`` (a results.json) unreadable for a report: the first of ``keys`` (each
+    object listed before the keys inside it) missing or of another type, or a ``scenario`` /
+    ``drift`` that names no scenario; None if nothing does."""
+    for dotted, kind in keys:
+        *parents, last = dotted.split(".")
+        node: Any = results
+        for key in parents:
+            node = node[key]  # an object: checked before
+        if last not in node:
+            return f"missing key {dotted!r}"
+        value = node[last]
+        numbers = (int, float) if kind is float else kind
+        if not isinstance(value, numbers) or isinstance(value, bool):
+            return f"{dotted} must be {TYPE_NAMES[kind]}, got {value!r}"
+    try:
+        Scenario.of_results(results)
+    except (KeyError, TypeError, AttributeError) as err:
+        return f"no scenario in its scenario / drift keys ({type(err).__name__}: {err})"
+    return None
+
+
+def check_results(runs: Iterable[Run], keys: Sequence[tuple[str, type]] = RESULTS_KEYS) -> None:
+    """`DataError` naming the first ``results.json`` that a report cannot read (`results_problem`)."""
     for run in runs:
-        for key in ("dataset", "method", "seed", "drift", "metrics"):
-            if key not in run.results:
-                raise DataError(run.dir.results_file, None, f"missing key {key!r}")
+        if problem := results_problem(run.results, keys):
+            raise DataError(run.dir.results_file, None, problem)
+
+
+def run_dirs_under(paths: Iterable[Path]) -> list[Path]:
+    """The run directories (finished or not) at and below each of ``paths`` that is a directory
+    (`robustnlu.rundir.walk`): the folders a report's output must stay out of."""
+    return [run.path for path in map(Path, paths) if path.is_dir() for run in walk(path)]
 
 
 def group_runs(runs: Iterable[Run]) -> dict[Scenario, dict[str, list[Run]]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 SPLITS = ("train", "valid", "test")
 
@@ -96,6 +97,10 @@ class Corpus:
 
     def vocab(self) -> LabelVocab:
         return LabelVocab.from_utterances(self.train)
+
+    def files(self) -> set[Path]:
+        """The files its utterances were read from (their ``source``, ``file:line``)."""
+        return {Path(u.source.rsplit(":", 1)[0]) for u in self.all() if u.source}
 
     def intents(self) -> list[str]:
         """Every intent of every split (for metrics that must know unseen intents too)."""

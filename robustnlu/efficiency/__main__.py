@@ -18,7 +18,10 @@ Example (tiny smoke run)::
         encoder=tiny trainer.max_epochs=2 efficiency.source_limit=200
 
 Like ``robustnlu.hpo``, a driver (argparse + Hydra's compose API) rather than a Hydra app: the
-overrides are forwarded verbatim to the multiruns.
+overrides are forwarded verbatim to the multiruns. Refused before anything trains (one
+``error:`` line, exit status 2): a query outside the curve's domain (``--at`` ≤ 0, a ``--reach``
+that is not finite), a subset percentage outside [0, 100] or given twice, and a sweep directory
+that already holds runs (stage 4 would pool them with this protocol's).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 from robustnlu.cli import compose_run_config, run_multirun
 from robustnlu.efficiency.curve import subset_percentages
 from robustnlu.errors import ConfigError, entry_point
-from robustnlu.rundir import RunDir
+from robustnlu.rundir import RunDir, walk
 
 #: run directories name the percentage (the job number keeps other sweeps apart)
 SUBDIR = "hydra.sweep.subdir=${hydra.job.num}-${efficiency.mode}-${efficiency.percent}pct-seed${seed}"
@@ -58,6 +61,16 @@ def source_checkpoints(source_dir: Path) -> dict[int, Path]:
     return found
 
 
+def check_protocol(percents: list[float], seeds: list[int]) -> None:
+    """`ConfigError` for subset percentages outside [0, 100] or given twice, or no seed."""
+    if not percents or not seeds:
+        raise ConfigError("--percents and --seeds need at least one value each")
+    if bad := [p for p in percents if not 0 <= p <= 100]:
+        raise ConfigError(f"--percents {','.join(f'{p:g}' for p in bad)}: a subset percentage lies in [0, 100]")
+    if len(set(percents)) != len(percents) or len(set(seeds)) != len(seeds):
+        raise ConfigError("--percents and --seeds must not repeat a value")
+
+
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m robustnlu.efficiency", description=__doc__.split("\n\n")[0],
@@ -73,11 +86,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from robustnlu.efficiency.report import write_efficiency
-    from robustnlu.efficiency.study import build_efficiency
+    from robustnlu.efficiency.study import build_efficiency, check_queries
 
+    check_queries(args.reach, args.at)  # before the protocol trains, not after
+    check_protocol(args.percents, args.seeds)
     train = training_overrides(args.overrides)
     cfg = compose_run_config(train)
     sweep_dir = Path(cfg.hydra.sweep.dir)  # resolved once: every stage writes below it
+    earlier = [run.path for run in walk(sweep_dir)] if sweep_dir.is_dir() else []
+    if earlier:
+        raise ConfigError(f"hydra.sweep.dir {sweep_dir} already holds {len(earlier)} run(s) (e.g. {earlier[0]}): the "
+                          "study would pool them with this protocol's; choose a new sweep directory")
     train = [o for o in train if not o.startswith("hydra.sweep.dir=")]
     seeds = ",".join(map(str, args.seeds))
     percents = [p for p in args.percents if args.mode == "joint" or p > 0]

@@ -15,8 +15,8 @@ per seed (Figure 3's variance study; the plot's band), the queries (stage 4) "wh
 source domains per percentage. Written under ``--out`` (`robustnlu.efficiency.report`):
 efficiency.json, efficiency.md and efficiency.png (each atomically). A user error (no
 efficiency runs under a DIR, a curve mixing target domains or modes, two runs with the same
-percentage and seed, unreadable results.json): one line ``error: ...`` on stderr, exit status 2,
-nothing written.
+percentage and seed, unreadable results.json, an ``--out`` inside a run directory): one line
+``error: ...`` on stderr, exit status 2, nothing written.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from robustnlu.analysis.runs import run_dirs_under
 from robustnlu.efficiency.curve import (
     CurveData,
     Point,
@@ -41,8 +42,9 @@ from robustnlu.efficiency.curve import (
     answer_queries,
     fit_power_law,
 )
-from robustnlu.efficiency.report import sentence, write_efficiency
+from robustnlu.efficiency.report import FILES, sentence, write_efficiency
 from robustnlu.errors import DataError, RobustNLUError, entry_point
+from robustnlu.io import check_outputs
 from robustnlu.rundir import RunDir, finished_runs
 
 
@@ -225,6 +227,18 @@ def _build_curve(label: str, dirs: Sequence[Path], runs: list[EfficiencyRun], re
                            forgetting, notes, rmse)
 
 
+def check_queries(reach: Sequence[float], at: Sequence[float]) -> None:
+    """`EfficiencyError` for a query outside the curve's domain: an ``at`` percentage that is
+    not a finite number > 0 (h(x) = a/x^b + c is undefined at and below 0), a ``reach`` target
+    that is not a finite number."""
+    for x in at:
+        if not (math.isfinite(x) and x > 0):
+            raise EfficiencyError(f"--at {x:g}: h(x) = a/x^b + c is defined for x > 0 only")
+    for y in reach:
+        if not math.isfinite(y):
+            raise EfficiencyError(f"--reach {y}: not a finite number")
+
+
 def build_efficiency(groups: Sequence[tuple[str, Sequence[Path]]], reach: Sequence[float] = (80, 90),
                      at: Sequence[float] = (10, 50), metric: str = "frame_acc") -> EfficiencyStudy:
     """One curve per group (label, its run / sweep directories); reads, fits and answers the
@@ -236,12 +250,7 @@ def build_efficiency(groups: Sequence[tuple[str, Sequence[Path]]], reach: Sequen
     labels = [label for label, _ in groups]
     if len(set(labels)) != len(labels):
         raise EfficiencyError(f"curve labels must be distinct, got {', '.join(labels)}")
-    for x in at:
-        if not (math.isfinite(x) and x > 0):
-            raise EfficiencyError(f"--at {x:g}: h(x) = a/x^b + c is defined for x > 0 only")
-    for y in reach:
-        if not math.isfinite(y):
-            raise EfficiencyError(f"--reach {y}: not a finite number")
+    check_queries(reach, at)
     curves = []
     for label, dirs in groups:
         runs = []
@@ -292,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
+    check_outputs([args.out / name for name in FILES], (), "--out", within=run_dirs_under(args.dirs))
     study = build_efficiency(_groups(args.dirs, args.label), args.reach, args.at, args.metric)
     written = write_efficiency(study, args.out)
     for c in study.curves:

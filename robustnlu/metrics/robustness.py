@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
 
+from robustnlu.errors import DataError
 from robustnlu.metrics.registry import METRICS, NOISE
+from robustnlu.rundir import read_json_object
 from robustnlu.tables import markdown_lines
 
 
@@ -36,6 +40,27 @@ class NoiseScore:
     @classmethod
     def from_dict(cls, d: dict) -> NoiseScore:
         return cls(d["dataset"], d["noise"], d["n"], dict(d["control"]), dict(d["treatment"]), list(d.get("notes", [])))
+
+
+def read_suites(path: Path) -> dict[str, dict[str, Any]]:
+    """The suites of a ``robustness.json``: suite name → its entry (``scores``: `NoiseScore`
+    dicts with the `NOISE` metrics of both sides; ``checkpoint``: the one scored; and what
+    `robustnlu.evaluate` stored beside them). `DataError` naming the file if it is not such a
+    file whole (cut short: invalid JSON)."""
+    data = read_json_object(path)
+    try:
+        suites = data["suites"]
+        if not isinstance(suites, dict):
+            raise TypeError(f"suites must be an object, got {type(suites).__name__}")
+        for entry in suites.values():
+            if "checkpoint" not in entry:
+                raise KeyError("checkpoint")
+            for score in map(NoiseScore.from_dict, entry["scores"]):
+                if not all(isinstance(side[m], int | float) for side in (score.control, score.treatment) for m in NOISE):
+                    raise TypeError(f"{score.dataset} {score.noise}: {', '.join(NOISE)} must be numbers")
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise DataError(path, None, f"not a robustness.json ({type(err).__name__}: {err})") from None
+    return suites
 
 
 def pct(x: float) -> str:

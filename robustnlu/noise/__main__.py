@@ -1,7 +1,9 @@
 """``python -m robustnlu.noise dataset=<name> noise=<type> out_dir=DIR [splits=[test]]``: write a
 noised copy of a dataset in the jsonl format (conf/noise_dataset.yaml). The transform is
 fitted on the clean training split and seeded by ``seed``; ``noise_stats.json`` records its
-parameters and, per noised split, how much it changed. Every file is written atomically."""
+parameters and, per noised split, how much it changed. Every file is written atomically; an
+``out_dir`` where a file to write is one of the dataset's own files (e.g. the folder of its
+train.jsonl) is refused before any work."""
 
 from __future__ import annotations
 
@@ -12,15 +14,17 @@ from omegaconf import DictConfig
 from robustnlu.cli import hydra_app, repo_root, run_or_exit
 from robustnlu.data.readers import load_corpus
 from robustnlu.data.utterance import SPLITS
-from robustnlu.io import atomic_write_json, atomic_write_jsonl
+from robustnlu.io import atomic_write_json, atomic_write_jsonl, check_outputs, writing
 from robustnlu.noise.augment import build_transform
 from robustnlu.noise.base import noise_all
 
 
 def write_noised_dataset(cfg: DictConfig) -> dict:
     corpus = load_corpus(cfg.dataset, repo_root(cfg))
-    transform = build_transform(cfg.noise, cfg.seed).fit(corpus.train)
     out_dir = Path(cfg.out_dir)
+    files = [*(out_dir / f"{split}.jsonl" for split in SPLITS), out_dir / "noise_stats.json"]
+    check_outputs(files, corpus.files(), "out_dir")
+    transform = build_transform(cfg.noise, cfg.seed).fit(corpus.train)
     stats, rows = {}, {}
     for split in SPLITS:  # every split is noised before any file is written
         utterances = corpus.split(split)
@@ -29,10 +33,11 @@ def write_noised_dataset(cfg: DictConfig) -> dict:
             stats[split] = split_stats.to_dict()
         rows[split] = [{"uid": u.uid, "tokens": list(u.tokens), "tags": list(u.tags), "intent": u.intent,
                         **({"domain": u.domain} if u.domain else {})} for u in utterances]
-    for split in SPLITS:
-        atomic_write_jsonl(out_dir / f"{split}.jsonl", rows[split])
     record = {"dataset": corpus.name, "noise": transform.config(), "seed": cfg.seed, "splits": stats}
-    atomic_write_json(out_dir / "noise_stats.json", record)
+    with writing("out_dir"):
+        for split in SPLITS:
+            atomic_write_jsonl(out_dir / f"{split}.jsonl", rows[split])
+        atomic_write_json(out_dir / "noise_stats.json", record)
     print(f"{corpus.name}: {transform.name} noise on {', '.join(stats)} → {out_dir}")
     for split, s in stats.items():
         print(f"  {split}: {s['utterances_changed']}/{s['utterances']} utterances, "

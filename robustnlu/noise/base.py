@@ -62,7 +62,9 @@ def is_target(tag: str, target_tokens: str) -> bool:
 
 
 def repair_bio(tags: Sequence[str]) -> tuple[str, ...]:
-    """Turn every ``I-X`` that does not follow ``B-X`` / ``I-X`` into ``B-X``."""
+    """Turn every ``I-X`` that does not follow ``B-X`` / ``I-X`` into ``B-X``. It sees the tags
+    only, not what was deleted: an ``I-X`` right after another ``X`` span whose ``B-X`` went
+    continues that span here, so `replace_tokens` starts such a span itself first (rule 4)."""
     out: list[str] = []
     for tag in tags:
         if tag.startswith("I-") and (not out or tag_type(out[-1]) != tag[2:]):

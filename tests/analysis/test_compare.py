@@ -39,3 +39,19 @@ def test_a_directory_without_runs_is_a_clear_error(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main([str(tmp_path / "empty")]) == 2
     assert "neither a run directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("results, problem", [
+    ({}, "missing key 'dataset'"),
+    ({"dataset": "snips", "method": "erm", "seed": 0, "drift": {"kind": "none"}, "metrics": {"test": {}}},
+     "missing key 'metrics.valid'"),
+    ({"dataset": "snips", "method": "erm", "seed": "0"}, "seed must be an integer, got '0'"),
+])
+def test_a_results_json_without_what_the_table_shows_is_one_error_line(tmp_path, capsys, results, problem):
+    write_run(tmp_path / "sweep" / "0", "erm", 0.80)
+    (tmp_path / "sweep" / "1").mkdir()
+    bad = tmp_path / "sweep" / "1" / "results.json"
+    bad.write_text(json.dumps(results))
+    assert main([str(tmp_path / "sweep")]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"error: {bad}: {problem}\n" and captured.out == ""

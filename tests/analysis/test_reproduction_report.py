@@ -16,6 +16,8 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from integration_helpers import file_bytes  # noqa: E402
+
 from robustnlu import reproduce  # noqa: E402
 from robustnlu.analysis import reproduction  # noqa: E402
 from robustnlu.analysis.significance import (  # noqa: E402
@@ -457,3 +459,56 @@ def test_the_readme_headline_quotes_the_committed_report():
         ours = table_row(report, row[0])
         assert row[1:4] == [ours[3], ours[4], ours[9]], row[0]
         assert row[4] == (f"{ours[13]}, {ours[15]}" if ours[13] else ""), row[0]
+
+
+ATIS_ERM = reproduce.Run(Scenario("atis", "slot_value", False, "iid"), "erm", 0).name  # in no comparison
+
+
+def _cut(path: Path, keep: int) -> None:
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+def _without(key: str, *within: str):
+    def drop(path: Path) -> None:
+        data = json.loads(path.read_text())
+        node = data
+        for parent in within:
+            node = node[parent]
+        del node[key]
+        path.write_text(json.dumps(data))
+    return drop
+
+
+@pytest.mark.parametrize("file, damage, problem", [
+    ("results.json", lambda p: _cut(p, p.read_text().index('"metrics"')),
+     ":1: invalid JSON: Expecting property name enclosed in double quotes"),
+    ("results.json", _without("semer", "metrics", "test"), ": missing key 'metrics.test.semer'"),
+    ("results.json", _without("epochs_trained"), ": missing key 'epochs_trained'"),
+    ("predictions/valid.jsonl.gz", lambda p: _cut(p, -4),  # the gzip trailer: the 50 rows read, then the end
+     ": cannot be read past line 50 (cut short or corrupt?): EOFError: Compressed file ended before the "
+     "end-of-stream marker was reached"),
+    ("metrics.csv", lambda p: _cut(p, -3), ":10: no line break at the end of the last line: the file is cut short"),
+    ("meta.json", lambda p: _cut(p, -1), ":1: invalid JSON: Expecting ',' delimiter"),
+])
+def test_a_record_cut_short_is_one_error_line_naming_the_file(records, tmp_path, capsys, file, damage, problem):
+    """Every file of every record is read whole, also of a record the report's tables do not compare
+    (ATIS ERM: before, a cut predictions file, metrics.csv or a results.json without test SEMER gave a report)."""
+    broken = tmp_path / "records"
+    shutil.copytree(records, broken)
+    path = broken / ATIS_ERM / file
+    damage(path)
+    before = file_bytes(broken)
+    assert reproduce.main(["report", "--records", str(broken), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == f"error: {path}{problem}\n"
+    assert not (tmp_path / "out").exists() and file_bytes(broken) == before
+
+
+def test_an_out_folder_inside_a_record_is_refused(records, tmp_path, capsys):
+    broken = tmp_path / "records"
+    shutil.copytree(records, broken)
+    before = file_bytes(broken)
+    out = broken / ATIS_ERM
+    assert reproduce.main(["report", "--records", str(broken), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (f"error: --out: {out / reproduction.FIGURES[0]} lies inside {out}, a run "
+                                       "directory this command reads: choose another --out\n")
+    assert file_bytes(broken) == before

@@ -12,7 +12,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from integration_helpers import FAST, REPO, compose_config, jsonl_overrides, write_snips_sample_jsonl
+from integration_helpers import FAST, REPO, cli_env, compose_config, file_bytes, jsonl_overrides, write_snips_sample_jsonl
 from robustnlu.config_schema import check_config
 from robustnlu.data.readers import load_corpus
 from robustnlu.efficiency.subsets import efficiency_split, nested_subset
@@ -84,13 +84,17 @@ def test_bad_efficiency_settings_are_config_errors(topv2_cut):
         efficiency_split(dataset(topv2_cut), efficiency(mode="adapt"), REPO)
 
 
-def run_protocol(topv2_cut, tmp_path, *args):
+def protocol(topv2_cut, tmp_path, *args):
+    """``python -m robustnlu.efficiency`` on the cut with the tiny encoder, into ``<tmp_path>/sweep``."""
     cmd = [sys.executable, "-m", "robustnlu.efficiency", *args, "target=weather", f"dataset.path={topv2_cut}",
            "efficiency.sources=[alarm,timer]", "encoder=tiny", "~callbacks.progress_bar",
            "trainer.enable_progress_bar=false", "trainer.max_epochs=2", "optimizer.lr=5e-3", "data.batch_size=16",
            f"hydra.sweep.dir={tmp_path / 'sweep'}"]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900,
-                          env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900, env=cli_env())
+
+
+def run_protocol(topv2_cut, tmp_path, *args):
+    proc = protocol(topv2_cut, tmp_path, *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, tmp_path / "sweep"
 
@@ -149,3 +153,31 @@ def test_conatural_without_a_source_model_is_a_config_error(tmp_path):
     check_config(cfg, "config")
     with pytest.raises(ConfigError, match=r"^optimizer=conatural .* efficiency\.mode=adapt$"):
         prepare(cfg)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--at", "-5"], "--at -5: h(x) = a/x^b + c is defined for x > 0 only"),
+    (["--at", "10,0"], "--at 0: h(x) = a/x^b + c is defined for x > 0 only"),
+    (["--reach", "inf"], "--reach inf: not a finite number"),
+    (["--percents", "0,50,150"], "--percents 150: a subset percentage lies in [0, 100]"),
+    (["--percents", "0,50,50"], "--percents and --seeds must not repeat a value"),
+])
+def test_a_query_or_subset_out_of_range_is_refused_before_the_protocol_trains(topv2_cut, tmp_path, args, message):
+    """Before the fix, --at -5 was refused by the study after every run had trained."""
+    proc = protocol(topv2_cut, tmp_path, "--percents", "0,100", *args)
+    assert proc.returncode == 2
+    assert proc.stderr == f"error: {message}\n"
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_a_sweep_directory_that_holds_runs_is_refused(topv2_cut, tmp_path):
+    """The study reads every run below the sweep directory: earlier runs there would be pooled with
+    this protocol's, whatever their settings."""
+    earlier = tmp_path / "sweep" / "0-joint-100pct-seed0"
+    earlier.mkdir(parents=True)
+    (earlier / "results.json").write_text('{"seed": 0}')
+    proc = protocol(topv2_cut, tmp_path, "--percents", "0,100")
+    assert proc.returncode == 2
+    assert proc.stderr == (f"error: hydra.sweep.dir {tmp_path / 'sweep'} already holds 1 run(s) (e.g. {earlier}): the "
+                           "study would pool them with this protocol's; choose a new sweep directory\n")
+    assert file_bytes(tmp_path / "sweep") == {"0-joint-100pct-seed0/results.json": b'{"seed": 0}'}

@@ -7,7 +7,7 @@ import json
 
 from omegaconf import OmegaConf
 
-from integration_helpers import jsonl_overrides, run_cli, write_snips_sample_jsonl
+from integration_helpers import file_bytes, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu.data.readers import load_corpus
 
 
@@ -41,3 +41,21 @@ def test_unknown_split_is_a_one_line_error_and_writes_nothing(tmp_path):
     proc = noise_cli(sample, tmp_path / "noisy", "splits=[dev]")
     assert proc.returncode == 2 and proc.stderr.startswith("error: splits[0]: must be one of train, valid, test (got dev)")
     assert not (tmp_path / "noisy").exists() and not (tmp_path / "outputs").exists()
+
+
+def test_an_out_dir_holding_the_inputs_is_refused_and_the_inputs_stay_whole(tmp_path):
+    """Before, out_dir = the folder of the input train.jsonl / test.jsonl overwrote them, exit 0."""
+    data = tmp_path / "data"
+    sample = write_snips_sample_jsonl(data, n_train=200, n_eval=40)
+    before = file_bytes(data)
+    proc = noise_cli(sample, data, "splits=[train,test]")
+    assert proc.returncode == 2
+    assert proc.stderr == (f"error: out_dir: {data / 'train.jsonl'} is an input of this command; writing it would "
+                           "overwrite the input: choose another out_dir\n")
+    # the same folder by another name: a symbolic link to it
+    (tmp_path / "link").symlink_to(data)
+    proc = noise_cli(sample, tmp_path / "link", "splits=[train,test]")
+    assert proc.returncode == 2
+    assert proc.stderr == (f"error: out_dir: {tmp_path / 'link' / 'train.jsonl'} is an input of this command "
+                           f"({data / 'train.jsonl'}); writing it would overwrite the input: choose another out_dir\n")
+    assert file_bytes(data) == before and not (tmp_path / "outputs").exists()

@@ -4,6 +4,7 @@ and counts against SOURCE.md, control recovery, malformed rows, IO→BIO and nor
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import re
 from pathlib import Path
@@ -16,8 +17,8 @@ from robustnlu.data.readers import load_corpus
 from robustnlu.data.readers.noisy_tsv import io_to_bio, read_noisy_tsv
 from robustnlu.data.utterance import Corpus, Utterance
 from robustnlu.errors import ConfigError, DataError
-from robustnlu.data.bio import slot_spans
-from robustnlu.noise.base import replace_tokens
+from robustnlu.data.bio import bio_problem, slot_spans
+from robustnlu.noise.base import replace_each, replace_tokens
 from robustnlu.noise.suite import NoisyPair, load_noisy_suite, normalise, slot_pairs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -309,3 +310,36 @@ def test_deleting_the_first_token_of_a_span_right_after_a_span_of_its_type_keeps
     assert replace_tokens(u, 0, 1, []).tags == ("B-city", "I-city", "B-city", "I-city", "I-city")
     # the whole second span's head dropped at the end of the utterance: nothing left to start
     assert replace_tokens(u, 3, 6, []).tags == ("O", "B-city", "I-city")
+
+
+def test_normalising_away_the_first_token_of_a_span_right_after_a_span_of_its_type_keeps_two_spans() -> None:
+    """The path the released suite takes (`normalise` → `replace_each`): a lone "'" that starts the
+    second of two city spans goes; "san jose" starts its own span, it does not join "new york"."""
+    u = Utterance("d", ("from", "new", "york", "'", "san", "jose"),
+                  ("O", "B-city", "I-city", "B-city", "I-city", "I-city"), "f")
+    out = normalise(u, "snips", "synonyms")
+    assert out.tokens == ("from", "new", "york", "san", "jose")
+    assert out.tags == ("O", "B-city", "I-city", "B-city", "I-city")
+    assert slot_spans(out.tags) == [("city", 1, 3), ("city", 3, 5)]
+
+
+def test_deleting_tokens_never_joins_or_splits_spans() -> None:
+    """Every valid BIO sequence of up to 6 tokens over two slot types, every set of deleted tokens
+    (`replace_each`, right to left as the transforms apply them): the spans left are the original
+    spans less their deleted tokens, each span still one span (none joined to its neighbour)."""
+    tags_of = ("O", "B-X", "I-X", "B-Y", "I-Y")
+    for n in range(1, 7):
+        for tags in itertools.product(tags_of, repeat=n):
+            if bio_problem(tags):
+                continue
+            u = Utterance("e", tuple(f"w{i}" for i in range(n)), tags, "f")
+            for k in range(1, n):
+                for deleted in itertools.combinations(range(n), k):
+                    kept = [i for i in range(n) if i not in deleted]
+                    expected = []
+                    for typ, start, end in slot_spans(tags, "strict"):
+                        left = [kept.index(i) for i in range(start, end) if i in kept]
+                        if left:
+                            expected.append((typ, left[0], left[-1] + 1))
+                    out = replace_each(u, {i: [] for i in deleted})
+                    assert slot_spans(out.tags, "strict") == expected, (tags, deleted, out.tags)

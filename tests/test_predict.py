@@ -1,0 +1,122 @@
+"""``python -m robustnlu.predict`` on a tiny trained model: what it refuses, each as one ``error:``
+line with exit status 2, before anything is written, and what it still answers at the edge."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from integration_helpers import FAST, compose_config, file_bytes, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from robustnlu.predict import main
+from robustnlu.train import run
+
+#: the tiny encoder's positions (conf/encoder/tiny.yaml) less [CLS] and [SEP]: the most one-token words it reads
+WORDS_READ = 128 - 2
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    sample = write_snips_sample_jsonl(out / "data", n_train=60, n_eval=20)
+    results = run(compose_config([*FAST, *jsonl_overrides(sample), "trainer.max_epochs=1"], out / "run"))
+    return out / "run" / results["best_checkpoint"]
+
+
+def refused(capsys, argv: list[str]) -> str:
+    """The stderr of ``main(argv)``, which must exit with 2 and print nothing on stdout."""
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    return captured.err
+
+
+def test_an_utterance_longer_than_the_encoder_reads_is_refused(ckpt, tmp_path):
+    """'play' is one sub-word token: 126 words fill the 128 positions with [CLS] and [SEP]; 127 do
+    not (before: the words past 126 were tagged O unread; 5,000 words: a tensor size error)."""
+    for words in (WORDS_READ + 1, 5000):
+        proc = run_cli(["--ckpt", str(ckpt), " ".join(["play"] * words)], cwd=tmp_path, module="robustnlu.predict")
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert proc.stderr == (f"error: the utterance has {words} words, longer than the model reads: its encoder "
+                               f"takes 128 sub-word tokens, the first {WORDS_READ} words; shorten or split the "
+                               "utterance\n")
+
+
+def test_a_long_line_of_a_file_is_refused_by_line_and_nothing_is_written(ckpt, tmp_path, capsys):
+    texts = tmp_path / "in.txt"
+    texts.write_text("play adele\n\n" + " ".join(["play"] * (WORDS_READ + 1)) + "\n")
+    err = refused(capsys, ["--ckpt", str(ckpt), "--file", str(texts), "--out", str(tmp_path / "out.jsonl")])
+    assert err == (f"error: {texts}:3: {WORDS_READ + 1} words, longer than the model reads: its encoder takes 128 "
+                   f"sub-word tokens, the first {WORDS_READ} words; shorten or split the utterance\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+def test_an_utterance_of_as_many_words_as_the_encoder_reads_is_answered(ckpt, tmp_path, capsys):
+    texts = tmp_path / "in.txt"
+    texts.write_text(" ".join(["play"] * WORDS_READ) + "\n")
+    assert main(["--ckpt", str(ckpt), "--file", str(texts), "--out", str(tmp_path / "out.jsonl")]) == 0
+    (row,) = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert len(row["tokens"]) == len(row["tags"]) == WORDS_READ
+
+
+@pytest.mark.parametrize("utterance", ["", "   "])
+def test_an_empty_utterance_is_refused(ckpt, capsys, utterance):
+    assert refused(capsys, ["--ckpt", str(ckpt), utterance]) == "error: the utterance is empty: there is nothing to parse\n"
+
+
+def test_an_out_that_is_an_input_or_a_directory_or_unwritable_is_refused(ckpt, tmp_path, capsys):
+    texts = tmp_path / "in.txt"
+    texts.write_text("play adele\n")
+    (tmp_path / "link.txt").symlink_to(texts)
+    (tmp_path / "folder").mkdir()
+    before = file_bytes(tmp_path)
+    ckpt_bytes = ckpt.read_bytes()
+    cases = {
+        texts: f"{texts} is an input of this command; writing it would overwrite the input: choose another --out",
+        tmp_path / "folder" / ".." / "link.txt": f"{tmp_path / 'folder' / '..' / 'link.txt'} is an input of this command "
+                                                 f"({texts}); writing it would overwrite the input: choose another --out",
+        ckpt: f"{ckpt} is an input of this command; writing it would overwrite the input: choose another --out",
+        tmp_path / "folder": f"{tmp_path / 'folder'} is a directory, not a file",
+        texts / "out.jsonl": f"cannot write {texts / 'out.jsonl'}: {texts} is not a directory",
+    }
+    for out, problem in cases.items():
+        assert refused(capsys, ["--ckpt", str(ckpt), "--file", str(texts), "--out", str(out)]) == f"error: --out: {problem}\n"
+    assert file_bytes(tmp_path) == before and ckpt.read_bytes() == ckpt_bytes
+
+
+def test_an_out_the_system_refuses_to_create_is_one_error_line(ckpt, tmp_path, capsys):
+    """/proc takes no new folder (the check before the work cannot know): the write's error, one line."""
+    texts = tmp_path / "in.txt"
+    texts.write_text("play adele\n")
+    err = refused(capsys, ["--ckpt", str(ckpt), "--file", str(texts), "--out", "/proc/robustnlu-test/out.jsonl"])
+    assert err == "error: --out: cannot write /proc/robustnlu-test: No such file or directory\n"
+
+
+def test_out_without_file_is_refused(ckpt, tmp_path, capsys):
+    err = refused(capsys, ["--ckpt", str(ckpt), "--out", str(tmp_path / "out.jsonl"), "play adele"])
+    assert err == "error: --out needs --file (the answer for an utterance on the command line is printed)\n"
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+@pytest.mark.parametrize("device, problem", [
+    ("bogus", "--device='bogus' is not a device: cpu, cuda, cuda:<index> or mps"),
+    ("meta", "--device=meta: not a device to predict on: cpu, cuda, cuda:<index> or mps"),
+])
+def test_a_device_that_is_no_device_is_refused(ckpt, capsys, device, problem):
+    assert refused(capsys, ["--ckpt", str(ckpt), "--device", device, "play adele"]) == f"error: {problem}\n"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: --device cuda is valid here")
+def test_cuda_without_cuda_is_refused(ckpt, capsys):
+    err = refused(capsys, ["--ckpt", str(ckpt), "--device", "cuda", "play adele"])
+    assert err == f"error: --device=cuda: this machine has no CUDA device (torch {torch.__version__}); use cpu\n"
+
+
+def test_a_cuda_index_past_the_devices_is_refused(ckpt, capsys):
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    err = refused(capsys, ["--ckpt", str(ckpt), "--device", f"cuda:{count}", "play adele"])
+    if count:
+        assert err == f"error: --device=cuda:{count}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}\n"
+    else:
+        assert err == f"error: --device=cuda:0: this machine has no CUDA device (torch {torch.__version__}); use cpu\n"
