@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,45 +133,59 @@ class RunDir:
         return read_predictions(path)
 
 
+def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The lines of a text file (``.gz``: gzip-compressed), numbered from 1; `DataError` naming the
+    file if it cannot be read to its end (a gzip stream cut short or corrupt, bytes that are not
+    UTF-8), with the last line read."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    lineno = 0
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            for lineno, line in enumerate(handle, start=1):
+                yield lineno, line
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as err:
+        raise DataError(path, None, f"cannot be read past line {lineno} (cut short or corrupt?): "
+                                    f"{type(err).__name__}: {err}") from None
+
+
 def read_predictions(path: Path) -> list[dict[str, Any]]:
     """The prediction rows of a ``.jsonl`` or ``.jsonl.gz`` file, one JSON object per line with at
     least the keys `PREDICTION_KEYS`; blank lines are skipped. Raises `DataError` naming the file
     and line of a malformed row (invalid JSON, missing key, wrong type, tag sequences of
-    different lengths, duplicate uid) or naming the file if it does not exist."""
+    different lengths, duplicate uid; a ``.gz`` cut short, `numbered_lines`) or naming the file
+    if it does not exist."""
     path = Path(path)
     if not path.is_file():
         raise DataError(path, None, "no such predictions file")
     rows: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(path, lineno, f"invalid JSON: {err.msg}") from None
-            if not isinstance(row, dict):
-                raise DataError(path, lineno, f"expected a JSON object, got {type(row).__name__}")
-            missing = [key for key in PREDICTION_KEYS if key not in row]
-            if missing:
-                raise DataError(path, lineno, f"missing key(s) {', '.join(missing)}")
-            if not isinstance(row["uid"], str):
-                raise DataError(path, lineno, f"uid must be a string, got {row['uid']!r}")
-            for key in ("gold_intent", "pred_intent"):
-                if not isinstance(row[key], str):
-                    raise DataError(path, lineno, f"{key} must be a string, got {row[key]!r}")
-            for key in ("gold_tags", "pred_tags"):
-                if not (isinstance(row[key], list) and all(isinstance(t, str) for t in row[key])):
-                    raise DataError(path, lineno, f"{key} must be a list of strings")
-            if len(row["gold_tags"]) != len(row["pred_tags"]):
-                raise DataError(path, lineno, f"{len(row['pred_tags'])} predicted tags but "
-                                              f"{len(row['gold_tags'])} gold tags")
-            if row["uid"] in seen:
-                raise DataError(path, lineno, f"uid {row['uid']!r} already on line {seen[row['uid']]}")
-            seen[row["uid"]] = lineno
-            rows.append(row)
+    for lineno, line in numbered_lines(path):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(path, lineno, f"invalid JSON: {err.msg}") from None
+        if not isinstance(row, dict):
+            raise DataError(path, lineno, f"expected a JSON object, got {type(row).__name__}")
+        missing = [key for key in PREDICTION_KEYS if key not in row]
+        if missing:
+            raise DataError(path, lineno, f"missing key(s) {', '.join(missing)}")
+        if not isinstance(row["uid"], str):
+            raise DataError(path, lineno, f"uid must be a string, got {row['uid']!r}")
+        for key in ("gold_intent", "pred_intent"):
+            if not isinstance(row[key], str):
+                raise DataError(path, lineno, f"{key} must be a string, got {row[key]!r}")
+        for key in ("gold_tags", "pred_tags"):
+            if not (isinstance(row[key], list) and all(isinstance(t, str) for t in row[key])):
+                raise DataError(path, lineno, f"{key} must be a list of strings")
+        if len(row["gold_tags"]) != len(row["pred_tags"]):
+            raise DataError(path, lineno, f"{len(row['pred_tags'])} predicted tags but "
+                                          f"{len(row['gold_tags'])} gold tags")
+        if row["uid"] in seen:
+            raise DataError(path, lineno, f"uid {row['uid']!r} already on line {seen[row['uid']]}")
+        seen[row["uid"]] = lineno
+        rows.append(row)
     return rows
 
 
