@@ -204,13 +204,18 @@ def dead_owner(claim: Path, text: str) -> str | None:
         return None
     if int(pid) == os.getpid():
         return None if claim in _HELD else f"process {pid} of this host held it and has ended (its pid is this process's now)"
+    return None if pid_alive(int(pid)) else f"process {pid} of this host held it and has ended"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host exists (signal 0 checks without sending)."""
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
-        return f"process {pid} of this host held it and has ended"
-    except PermissionError:
-        pass  # alive, another user's
-    return None
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def take_over(claim: Path, seen: str) -> None:

@@ -22,40 +22,40 @@ from pathlib import Path
 from typing import Any
 
 from robustnlu.errors import ConfigError
+from robustnlu.io import pid_alive, take_over
 
 LOCK_NAME = "run.lock"
+#: a lock still unreadable after this many seconds is a holder's that died while writing it
+UNREADABLE_S = 5.0
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` of this host exists (signal 0 checks without sending)."""
+def parse(text: str) -> dict[str, Any]:
+    """A lock's content; ``{}`` for one that is not a lock's JSON (being written, or cut short)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def holder(path: Path) -> dict[str, Any] | None:
-    """The lock's content, None where there is no lock; an unreadable lock reads as ``{}``."""
+    """The content of ``<path>/run.lock`` (`parse`), None where there is no lock."""
     try:
-        data = json.loads((Path(path) / LOCK_NAME).read_text(encoding="utf-8"))
+        return parse((Path(path) / LOCK_NAME).read_text(encoding="utf-8", errors="replace"))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def slurm_job() -> str | None:
     return os.environ.get("SLURM_JOB_ID")
 
 
-def stale(found: dict[str, Any]) -> bool:
+def stale(found: dict[str, Any], age_s: float) -> bool:
     """A lock of a dead process of this host or of an earlier instance of this Slurm job, or one
-    that is unreadable (a holder killed while writing it)."""
-    if not found.get("pid") or (slurm_job() is not None and found.get("slurm_job_id") == slurm_job()):
+    that is unreadable after `UNREADABLE_S` (its holder was killed while writing it)."""
+    if not found.get("pid"):
+        return age_s > UNREADABLE_S
+    if slurm_job() is not None and found.get("slurm_job_id") == slurm_job():
         return True
     return found.get("host") == socket.gethostname() and not pid_alive(int(found["pid"]))
 
@@ -65,23 +65,28 @@ def acquire(path: Path) -> None:
     lock = Path(path) / LOCK_NAME
     record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "slurm_job_id": slurm_job(),
                          "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode()
-    for _ in range(3):
+    for _ in range(100):
         try:
             fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
-            found = holder(path)
-            if found is None:
+            try:
+                text = lock.read_text(encoding="utf-8", errors="replace")
+                age_s = time.time() - lock.stat().st_mtime
+            except FileNotFoundError:
                 continue  # released meanwhile: try again
+            found = parse(text)
+            if not found and age_s <= UNREADABLE_S:
+                time.sleep(0.1)  # being written by the process that just took it
+                continue
             if found.get("pid") == os.getpid() and found.get("host") == socket.gethostname():
                 return
-            if not stale(found):
+            if not stale(found, age_s):
                 raise ConfigError(f"{path} is in use by process {found.get('pid')} on {found.get('host')} "
                                   f"(since {found.get('since', '?')}, {lock}); wait for it to end, or if that process "
                                   "is gone, remove the lock file") from None
             print(f"note: {path}: taking over the lock of process {found.get('pid', '?')} on "
                   f"{found.get('host', '?')}, which is no longer running", file=sys.stderr, flush=True)
-            if holder(path) == found:  # still that stale lock, not one another process just took over
-                lock.unlink(missing_ok=True)
+            take_over(lock, text)  # only that stale lock, never one another process took meanwhile
             continue
         with os.fdopen(fd, "wb") as file:
             file.write(record)

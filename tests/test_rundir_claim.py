@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -136,3 +137,14 @@ def test_a_moved_run_directory_keeps_its_best_score_and_its_best_path_moves_with
     ours.load_state_dict(dict(state))
     assert float(ours.best_model_score) == 0.75 and ours.best_model_path == f"{new}/best-epoch001.ckpt"
     assert list(ours.best_k_models) == [f"{new}/best-epoch001.ckpt"]
+
+
+def test_an_unreadable_lock_is_waited_on_while_young_and_taken_over_when_old(tmp_path, monkeypatch, capsys):
+    lock = tmp_path / LOCK_NAME
+    lock.write_text("")  # created, not yet written
+    monkeypatch.setattr("robustnlu.runlock.UNREADABLE_S", 0.3)
+    started = time.monotonic()
+    acquire(tmp_path)  # waits until it is old enough to be a dead writer's
+    assert time.monotonic() - started >= 0.25
+    assert holder(tmp_path)["pid"] == os.getpid()
+    assert "taking over the lock of process ?" in capsys.readouterr().err
