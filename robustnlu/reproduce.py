@@ -80,7 +80,11 @@ C_METHODS = ("group_dro",)
 D_METHODS = ("erm", "topk_group", "topk_ae")
 #: Part D's budget, in place of BUDGET's epochs: at most 15 epochs, early stopping after 3 without a
 #: better valid COMBINED (conf/callbacks: the monitor is selection.monitor)
-PLATEAU_BUDGET = ("trainer.max_epochs=15", "callbacks.early_stopping.patience=3")
+PLATEAU_EPOCHS = 15
+PLATEAU_BUDGET = (f"trainer.max_epochs={PLATEAU_EPOCHS}", "callbacks.early_stopping.patience=3")
+#: Part E's plateau criterion, fixed before its first run: early stopping ended the run, or its last
+#: epoch changed valid COMBINED by less than this many points (Part D's runs: -0.08 to +0.11)
+PLATEAU_TOLERANCE = 0.2
 #: Part E: Part D's methods and plain TopK, i.e. ERM and every method of Part B
 E_METHODS = ("erm", *K_METHODS)
 K_SEARCH_SCENARIO = Scenario("snips", "slot_context", False, "iid")
@@ -258,8 +262,8 @@ def report_design(records: Path) -> Design:
                          "E": [r.name for r in part_e]},
                   k_search=k_search, chosen_k={m: chosen_k(records, m) for m in K_METHODS}, budget=BUDGET,
                   k_scenario=K_SEARCH_SCENARIO.name,
-                  plateau_reference={r.name: replace(r, plateau=False).name for r in part_d},
-                  plateau_budget=PLATEAU_BUDGET)
+                  plateau_reference={r.name: replace(r, plateau=False).name for r in part_d + part_e},
+                  plateau_budget=PLATEAU_BUDGET, plateau_epochs=PLATEAU_EPOCHS, plateau_tolerance=PLATEAU_TOLERANCE)
 
 
 def report_main(argv: list[str]) -> int:

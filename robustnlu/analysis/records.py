@@ -22,7 +22,7 @@ RECORD_KEYS = (*RESULTS_KEYS, ("epochs_trained", int))
 
 @dataclass(frozen=True)
 class Design:
-    """What the driver planned (`robustnlu.reproduce`): run names per part ("A", "k", "B", "C", "D"), the
+    """What the driver planned (`robustnlu.reproduce`): run names per part ("A", "k", "B", "C", "D", "E"), the
     k-search runs (method → k → name) and the k chosen per method (None: search unfinished)."""
 
     parts: dict[str, list[str]]
@@ -30,11 +30,15 @@ class Design:
     chosen_k: dict[str, int | None]
     budget: tuple[str, ...]
     k_scenario: str
-    #: Part D: each run trained to its own plateau → the run of its method, scenario and seed at
-    #: the fixed budget
+    #: Parts D and E: each run trained to its own plateau → the run of its method, scenario and seed
+    #: at the fixed budget
     plateau_reference: dict[str, str] = field(default_factory=dict)
     #: Part D's overrides in place of ``budget``'s epochs
     plateau_budget: tuple[str, ...] = ()
+    #: the plateau budget's epochs, and the last-epoch change of valid COMBINED (points) below which
+    #: a run that used them all is at its plateau (`robustnlu.analysis.reproduction_tables.at_plateau`)
+    plateau_epochs: int = 0
+    plateau_tolerance: float = 0.0
 
 
 @dataclass

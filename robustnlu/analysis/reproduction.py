@@ -22,6 +22,11 @@ What the report computes, each with the function that does it:
   plateaued.
 - `plateau_table`: Part D, each method trained to its own plateau beside its run at the fixed
   budget, with the paired test against ERM's run of the same budget.
+- Part E: Q4 (`method_summary`) over the runs trained to their plateau, beside the fixed budget's
+  over the same scenarios and seeds (`budgets_markdown`), and each run's plateau criterion
+  checked (`plateau_runs_markdown`, `at_plateau`).
+- `disclosures_markdown`: the records trained with the other AdamW kernel, and those whose log
+  lacks epochs (resumed before the log kept them).
 - `drift_table`: the splits' sizes and % drift (``results.json`` drift.split_stats).
 - `worst_cluster_table`: worst-cluster COMBINED over the test clusters of at least
   `robustnlu.analysis.runs.MIN_CLUSTER_SIZE` utterances, and how many clusters qualify.
@@ -46,11 +51,14 @@ from robustnlu.analysis import paper_results as paper
 from robustnlu.analysis.figures import atomic_save_figure, plot_significance, plot_table10, plot_valid_curves
 from robustnlu.analysis.records import Design, Records, read_records
 from robustnlu.analysis.reproduction_tables import (
+    budgets_markdown,
+    disclosures_markdown,
     drift_table,
     hardware_markdown,
     k_search_table,
     last_epoch_gains_markdown,
     method_summary,
+    plateau_runs_markdown,
     plateau_table,
     settings_markdown,
     summary_markdown,
@@ -124,6 +132,11 @@ def render(records: Records, design: Design, reading: str | None = None) -> tupl
     cluster_stats = scenario_stats(group_runs(part_a + [r for r in snips if r not in part_a]))
     part_d = records.select(design.parts.get("D", []))
     plateau_comparisons = comparison(part_d)[1] if part_d else []
+    part_e_names = design.parts.get("E", [])
+    part_e = records.select(part_e_names)
+    part_e_summary = method_summary(*comparison(part_e)) if part_e else []
+    fixed_e = records.select([design.plateau_reference[n] for n in part_e_names if n in records.runs])
+    fixed_e_summary = method_summary(*comparison(fixed_e)) if fixed_e else []
     sig = SIGNIFICANCE
     lines = [
         "# Reproduction of the core paper on this machine", "",
@@ -189,6 +202,22 @@ def render(records: Records, design: Design, reading: str | None = None) -> tupl
         plateau_table(records, design, plateau_comparisons),
         "Valid COMBINED per epoch:", "",
         valid_curves_markdown(part_d) if part_d else "No Part D run recorded yet.\n",
+        "## Part E: every method to its own plateau, the whole DRO comparison", "",
+        "ERM and the three TopK methods (their chosen k) on SNIPS' 4 full-drift scenarios, seeds 0 and 1, each "
+        "trained with " + ", ".join(f"`{b}`" for b in design.plateau_budget) + " (Part D's budget, fixed before "
+        "Part E's first run; Part D's runs are Part E's on their scenario). A run is at its plateau when early "
+        f"stopping ended it before epoch {design.plateau_epochs}, or when its last epoch changed valid COMBINED "
+        f"by less than {design.plateau_tolerance:g} points (fixed before Part E's first run). Means, changes to "
+        "ERM and significance as in Q4, over the recorded scenarios and seeds.", "",
+        summary_markdown(part_e_summary) if part_e_summary else "No Part E comparison recorded yet.\n",
+        "The same comparison at both budgets, over the same scenarios and seeds (the fixed budget's runs are "
+        "Parts A and B):", "",
+        budgets_markdown(part_e_summary, fixed_e_summary) if part_e_summary else "None yet.\n",
+        "Each run:", "",
+        plateau_runs_markdown(records, sorted(set(part_e_names), key=part_e_names.index), design.plateau_epochs,
+                              design.plateau_tolerance),
+        "## Records trained or logged differently", "",
+        disclosures_markdown(records),
         "## The splits", "",
         "Sizes and % of utterances from drifted clusters per split (`results.json` drift.split_stats), the "
         "canonical clusterings shipped in `data/seqdrift/`. The paper (section 5): "

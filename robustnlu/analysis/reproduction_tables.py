@@ -229,6 +229,69 @@ def plateau_table(records: Records, design: Design, comparisons: Sequence[Compar
                      "fixed budget: vs ERM %", "fixed budget: last-epoch gain (points)"], rows)
 
 
+def at_plateau(run: Run, max_epochs: int, tolerance: float) -> str:
+    """Whether ``run`` reached its plateau, and why: early stopping ended it before
+    ``max_epochs``, or its last epoch changed valid COMBINED by less than ``tolerance`` points;
+    "no" otherwise (it was still learning when the epochs ran out)."""
+    if int(run.results.get("epochs_trained") or 0) < max_epochs:
+        return "yes: early-stopped"
+    gain = last_epoch_gain(valid_curve(run))
+    if gain is None:
+        return "unknown: its log lacks the last epochs"
+    return f"yes: last change within ±{tolerance:g}" if abs(gain) < tolerance else "no"
+
+
+def plateau_runs_markdown(records: Records, names: Sequence[str], max_epochs: int, tolerance: float) -> str:
+    """Part E per run: epochs trained, the best-valid epoch, the last epoch's change of valid
+    COMBINED and the plateau criterion (`at_plateau`) checked."""
+    rows = []
+    for name in names:
+        run = records.runs.get(name)
+        if run is None:
+            rows.append([name, "not recorded", "", "", ""])
+            continue
+        rows.append([name, run.results["epochs_trained"], best_epoch(run),
+                     fmt(last_epoch_gain(valid_curve(run)), sign=True), at_plateau(run, max_epochs, tolerance)])
+    return markdown(["run", "epochs trained", "best epoch", "last-epoch change of valid COMBINED (points)",
+                     "at its plateau"], rows)
+
+
+def budgets_markdown(plateau: Sequence[dict[str, Any]], fixed: Sequence[dict[str, Any]]) -> str:
+    """Q4 at each budget, per method: `method_summary` rows of the plateau runs beside those of
+    the fixed-budget runs of the same scenarios and seeds."""
+    at_fixed = {r["method"]: r for r in fixed}
+
+    def change(row: dict[str, Any] | None) -> str:
+        return "" if row is None else fmt(row["combined_pct"], sign=True)
+
+    def significance(row: dict[str, Any] | None) -> str:
+        return "" if row is None or row["better"] is None else f"{row['better']} / {row['worse']} of {row['tested']}"
+
+    rows = [[r["label"], r["scenarios"], r["runs"], change(r), significance(r), change(at_fixed.get(r["method"])),
+             significance(at_fixed.get(r["method"]))] for r in plateau if r["method"] != BASELINE]
+    return markdown(["method", "scenarios", "runs", "at plateau: COMBINED vs ERM %", "at plateau: sig. better / worse",
+                     "fixed budget: COMBINED vs ERM %", "fixed budget: sig. better / worse"], rows)
+
+
+def disclosures_markdown(records: Records) -> str:
+    """The records that differ from the others in how they were trained or logged: those that
+    trained with PyTorch's per-parameter AdamW loop (the rest: the fused kernel; the same update,
+    float rounding apart), and those whose per-epoch log lacks epochs (resumed before
+    `robustnlu.resume.ResumableCSVLogger`: their results are exact, their curves incomplete)."""
+    lines = []
+    loop = sorted(n for n, r in records.runs.items() if not r.results.get("optimizer_fused", False))
+    if loop:
+        lines.append(f"- AdamW's per-parameter loop, not the fused kernel ({len(loop)} records): "
+                     + ", ".join(f"`{n}`" for n in loop))
+    for name, run in sorted(records.runs.items()):
+        curve = valid_curve(run)
+        missing = [str(e + 1) for e, v in enumerate(curve) if v is None]
+        if missing:
+            lines.append(f"- `{name}` was resumed; its log lacks epoch{'s' if len(missing) > 1 else ''} "
+                         f"{', '.join(missing)}")
+    return "\n".join(lines) + "\n" if lines else "None.\n"
+
+
 def drift_table(runs: Sequence[Run]) -> str:
     """One row per scenario: the split of its first record (by name); a scenario whose records
     disagree on the split (split_key) is marked."""

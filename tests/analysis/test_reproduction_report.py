@@ -25,7 +25,8 @@ from robustnlu.analysis.significance import (  # noqa: E402
     counts_array,
     metric_from_sums,
 )
-from robustnlu.analysis.reproduction_tables import last_epoch_gain, valid_curve, valid_curves_markdown  # noqa: E402
+from robustnlu.analysis.reproduction_tables import (  # noqa: E402
+    at_plateau, last_epoch_gain, valid_curve, valid_curves_markdown)
 from robustnlu.analysis.runs import MIN_CLUSTER_SIZE, Run, worst_cluster  # noqa: E402
 from robustnlu.rundir import read_predictions  # noqa: E402
 from robustnlu.scenario import Scenario  # noqa: E402
@@ -319,6 +320,46 @@ def test_part_d_recomputed_from_the_records(records, report):
     assert table_row(text, plateau_run("topk_ae").name)[1] == "not recorded"
     curve = table_row(text, plateau_run("topk_group").name)
     assert curve[1:] == [f"{100 * v:.2f}" for v in PLATEAU_CURVE] + [f"{100 * (PLATEAU_CURVE[-1] - PLATEAU_CURVE[-2]):+.2f}"]
+
+
+def test_part_e_recomputed_from_the_records(records, report):
+    """Part E holds Part D's runs (the same names): ERM and TopK-Group on the k-search scenario; its
+    Q4 row, the same comparison at the fixed budget, and each run's plateau check."""
+    text = section((report / "report.md").read_text(), "Part E")
+    erm, group = results(records, plateau_run("erm").name), results(records, plateau_run("topk_group").name)
+    g, e = group["metrics"]["test"]["combined"], erm["metrics"]["test"]["combined"]
+    change = f"{100 * (g - e) / e:+.2f}"
+    assert table_row(text, "topk_group (k=2) = TOPK-GROUP", "1", "1", f"{100 * g:.2f}")[4] == change
+    fixed = results(records, reproduce.Run(reproduce.K_SEARCH_SCENARIO, "topk_group", 0, 2).name)["metrics"]["test"]
+    fixed_erm = results(records, reproduce.Run(reproduce.K_SEARCH_SCENARIO, "erm", 0).name)["metrics"]["test"]
+    budgets = table_row(text, "topk_group (k=2) = TOPK-GROUP", "1", "1", change)  # the two budgets' table
+    assert budgets[5] == f"{100 * (fixed['combined'] - fixed_erm['combined']) / fixed_erm['combined']:+.2f}"
+    best = int(np.argmax(PLATEAU_CURVE)) + 1
+    gain = f"{100 * (PLATEAU_CURVE[-1] - PLATEAU_CURVE[-2]):+.2f}"
+    assert table_row(text, plateau_run("erm").name)[1:] == [str(len(PLATEAU_CURVE)), str(best), gain, "yes: early-stopped"]
+    assert table_row(text, plateau_run("topk_ae").name)[1] == "not recorded"
+    assert sum(line.startswith("| snips-") and "-plateau | " in line for line in text.splitlines()) == 32
+
+
+@pytest.mark.parametrize(("epochs", "last_two", "verdict"), [
+    (8, (0.70, 0.75), "yes: early-stopped"),  # fewer than the budget's epochs: early stopping ended it
+    (15, (0.750, 0.7519), "yes: last change within ±0.2"),
+    (15, (0.750, 0.7481), "yes: last change within ±0.2"),
+    (15, (0.750, 0.7521), "no"),  # still learning when the epochs ran out
+    (15, (None, 0.75), "unknown: its log lacks the last epochs"),
+])
+def test_the_plateau_criterion_per_run(tmp_path, epochs, last_two, verdict):
+    values = [0.5] * (epochs - 2) + list(last_two)
+    lines = ["epoch,step,valid/combined"] + [f"{e},{e},{v}" for e, v in enumerate(values) if v is not None]
+    (tmp_path / "metrics.csv").write_text("\n".join(lines) + "\n")
+    run = Run(tmp_path, {"epochs_trained": epochs})
+    assert at_plateau(run, 15, 0.2) == verdict
+
+
+def test_the_records_trained_or_logged_differently_are_named(records, report):
+    text = section((report / "report.md").read_text(), "Records trained or logged differently")
+    loop = sorted(p.name for p in records.iterdir() if not results(records, p.name).get("optimizer_fused"))
+    assert loop and f"({len(loop)} records): " + ", ".join(f"`{n}`" for n in loop) in text
 
 
 def test_drift_table_reads_split_stats(records, report):
