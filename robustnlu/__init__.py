@@ -2,8 +2,11 @@
 filling) under distribution shift: drifted benchmark splits (SeqDrift), JointBERT with ERM
 and distributionally robust objectives, and the study tooling around them."""
 
-from robustnlu.scenario import register_resolver
+from robustnlu import scenario, sweep_jobs
 
 __version__ = "0.1.0"
 
-register_resolver()  # ${scenario_name:...} in conf/config.yaml, before any config is composed
+# before any config is composed: ${scenario_name:...} in conf/config.yaml, ${job_hash:...} in
+# conf/hydra/default.yaml (a sweep job's folder)
+scenario.register_resolver()
+sweep_jobs.register_resolver()

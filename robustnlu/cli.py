@@ -9,6 +9,10 @@ what it made of its run dir, then raises `JobFailed` (an ordinary exception) ins
 a failed job and the sweep goes on. The basic sweeper runs the batch's other jobs, then prints
 ``Error executing job with overrides: [...]`` and the line once more, and exits with status 1;
 the Optuna sweeper records the trial as FAIL (``max_failure_rate``) and goes on with the study.
+The failed job leaves a record in its folder (`record_failed_job`): ``status.json`` says failed,
+with the error line and the job's overrides, so that ``python -m robustnlu.sweep status`` shows it
+and never a job that silently went missing; a job that stopped on anything else also keeps its
+traceback there (``traceback.txt``). A single run's user error still leaves nothing.
 
 Every entry point reports a user error the same way (`robustnlu.errors.report`): the Hydra
 apps (training, seqdrift, noise, evaluate) through `hydra_app` and `run_or_exit`, which also
@@ -20,9 +24,12 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import re
 import subprocess
 import sys
+import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,8 +42,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from robustnlu.config_schema import check_config
 from robustnlu.errors import ConfigError, RobustNLUError, report
+from robustnlu.io import atomic_write_json, atomic_write_text
 from robustnlu.paths import REPO_ROOT, repo_root  # noqa: F401  (re-exported: the entry points' repository root)
-from robustnlu.rundir_claim import claim, undo, unclaim
+from robustnlu.rundir import RunDir
+from robustnlu.rundir_claim import claim, secondary_process, undo, unclaim
 
 T = TypeVar("T")
 
@@ -55,21 +64,67 @@ def run_or_exit(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
     sweep's job claims its folder here (a single run's is claimed before Hydra creates it)."""
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    try:
-        if hydra_cfg.mode == RunMode.MULTIRUN:  # a single run's folder is claimed before Hydra makes it
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    if multirun:  # a single run's folder is claimed before Hydra makes it
+        try:
             claim(run_dir, bool(OmegaConf.select(hydra_cfg, "callbacks.run_dir.exclusive", default=False)),
                   before_creation=False)
+        except RobustNLUError as err:  # the folder is not this job's (another process holds it): left as it is
+            report(err)
+            raise JobFailed(f"error: {err}") from err
+    try:
         check_config(cfg, hydra_cfg.job.config_name)
         result = task(cfg)
     except RobustNLUError as err:
         undo(run_dir, keep=err.keeps_run_dir)
         status = report(err)
-        if hydra_cfg.mode == RunMode.MULTIRUN:
+        if multirun:
+            if not err.keeps_run_dir:  # those keep a run's folder as the run left it (its status.json says why)
+                record_failed_job(run_dir, str(err), list(hydra_cfg.overrides.task))
             raise JobFailed(f"error: {err}") from err
         sys.exit(status)
-    if hydra_cfg.mode == RunMode.MULTIRUN:
+    except Exception as err:
+        if multirun:  # the folder stays as the job left it (a resumable last.ckpt among it)
+            record_failed_job(run_dir, f"{type(err).__name__}: {err}", list(hydra_cfg.overrides.task), err)
+            unclaim(run_dir)
+        raise
+    if multirun:
         unclaim(run_dir)
     return result
+
+
+def record_failed_job(run_dir: Path, error: str, overrides: list[str], crash: BaseException | None = None) -> None:
+    """What a sweep's failed job leaves in its folder: ``status.json`` with state ``failed``, the
+    error's line and the job's task overrides; for a ``crash`` (not a user error) also its
+    traceback in ``traceback.txt``, which ``status.json`` names. Where the run itself recorded its
+    failure (`robustnlu.train.run` writes status.json as it fails) that record stays, naming the
+    traceback; a folder that holds a finished run keeps its status. The first process of a
+    multi-process job writes it. A disk that refuses the record does not hide the job's own error."""
+    if secondary_process():
+        return
+    run = RunDir(run_dir)
+    try:
+        status = run.status() or {}
+    except RobustNLUError:  # unreadable: replaced by the record
+        status = {}
+    by_this_run = status.get("pid") == os.getpid() and status.get("host") == platform.node()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if crash is not None:
+            atomic_write_text(run.traceback_file, "".join(traceback.format_exception(crash)))
+        if crash is not None and by_this_run and status.get("state") == "failed":
+            atomic_write_json(run.status_file, {**status, "traceback": run.traceback_file.name})
+            return
+        if run.finished():
+            return
+        record = {"state": "failed", "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
+                  "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                  "error": (error.splitlines() or [""])[0], "overrides": overrides}
+        if crash is not None:
+            record["traceback"] = run.traceback_file.name
+        atomic_write_json(run.status_file, record)
+    except OSError as err:
+        print(f"note: {run_dir}: could not record the failure ({err})", file=sys.stderr, flush=True)
 
 
 #: where a method's groups and adversary are chosen since they moved into the method's node

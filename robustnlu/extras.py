@@ -43,7 +43,7 @@ def raise_missing_extra(err: BaseException) -> None:
 #: the Hydra plugins that come from an extra: the start of their ``_target_`` -> (what they are,
 #: the config group that selects them, the module that must import, the extra)
 PLUGINS = {
-    "hydra_plugins.robustnlu_plugins.": ("the Optuna search", "hydra/sweeper", "optuna", "hpo"),
+    "hydra_plugins.robustnlu_plugins.optuna_sweeper.": ("the Optuna search", "hydra/sweeper", "optuna", "hpo"),
     "hydra_plugins.hydra_submitit_launcher.": ("the submitit launcher", "hydra/launcher",
                                                "hydra_plugins.hydra_submitit_launcher", "slurm"),
 }

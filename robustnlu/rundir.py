@@ -6,7 +6,11 @@ records); `robustnlu.train` writes them.
 A training run's directory (Hydra's runtime output dir, `robustnlu.train`) holds:
 
 - ``results.json``: the finished run's metrics and record; ``status.json``: running / finished /
-  failed (with the error);
+  failed (with the error) / interrupted;
+- Hydra's ``.hydra/`` (``overrides.yaml``: the task overrides it was started with);
+- a sweep's job that failed: ``status.json`` says failed with the error line and the job's
+  overrides (a job refused for a bad value leaves this record and nothing else), and a failure
+  that is not a user error keeps its traceback in ``traceback.txt`` (`robustnlu.cli.run_or_exit`);
 - ``predictions/<split>.jsonl`` (a reproduction record keeps ``<split>.jsonl.gz``);
 - ``config.yaml``, the resolved config;
 - ``checkpoints/``: the best checkpoint (``results.json`` names it) and, while the run is
@@ -26,13 +30,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from robustnlu.errors import DataError
+from robustnlu.sweep_jobs import job_hash, job_positions
 
 RESULTS = "results.json"
 STATUS = "status.json"
 CONFIG = "config.yaml"
 META = "meta.json"
 ROBUSTNESS = "robustness.json"
+TRACEBACK = "traceback.txt"
+#: Hydra's record of the task overrides a run or job was started with
+HYDRA_OVERRIDES = Path(".hydra") / "overrides.yaml"
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
 #: sub-directories of a run directory that never hold runs (not walked)
 RUN_SUBDIRS = frozenset({"checkpoints", "predictions", "csv", "wandb", ".hydra"})
@@ -89,6 +99,36 @@ class RunDir:
     @property
     def last_checkpoint(self) -> Path:
         return self.path / LAST_CHECKPOINT
+
+    @property
+    def traceback_file(self) -> Path:
+        """``traceback.txt``: the traceback of a sweep job's failure that was not a user error."""
+        return self.path / TRACEBACK
+
+    def overrides(self) -> list[str] | None:
+        """The task overrides the run was started with: Hydra's ``.hydra/overrides.yaml``, else
+        the ``overrides`` of a failed job's ``status.json``; None if neither says."""
+        try:
+            found = yaml.safe_load((self.path / HYDRA_OVERRIDES).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            found = None
+        if found is None and self.status_file.is_file():
+            try:
+                found = self.status().get("overrides")
+            except DataError:
+                found = None
+        if isinstance(found, list) and all(isinstance(o, str) for o in found):
+            return found
+        return None
+
+    def job_hash(self) -> str | None:
+        """`robustnlu.sweep_jobs.job_hash` of `overrides` (which job of a sweep this is); None if
+        the overrides are not recorded or do not parse."""
+        overrides = self.overrides()
+        try:
+            return job_hash(overrides) if overrides is not None else None
+        except ValueError:
+            return None
 
     @property
     def metrics_csv(self) -> Path:
@@ -203,20 +243,28 @@ def walk(root: Path) -> Iterator[RunDir]:
 
 
 def job_order(path: Path) -> tuple[bool, int, str]:
-    """Sort key of a sweep's job directories (``<job number>`` or ``<job number>-<name>``):
-    numbered ones first, by number."""
+    """Sort key of job directories named by number (``<job number>`` or ``<job number>-<name>``,
+    an Optuna search's trials): numbered ones first, by number; then by name."""
     number = path.name.split("-", 1)[0]
     return (not number.isdigit(), int(number) if number.isdigit() else 0, path.name)
 
 
 def sweep_runs(path: Path) -> list[RunDir]:
     """``path`` if it is a finished run, else its finished sub-directories (a Hydra multirun's
-    jobs, ``<sweep>/<job number>-<name>/``) in job order; [] if neither."""
+    jobs) in job order: the order of the sweep's job list (its ``multirun.yaml``,
+    `robustnlu.sweep_jobs.job_positions`), then `job_order`; [] if neither."""
     if RunDir(path).finished():
         return [RunDir(path)]
     if not path.is_dir():
         return []
-    return [RunDir(p) for p in sorted(path.iterdir(), key=job_order) if RunDir(p).finished()]
+    runs = [RunDir(p) for p in path.iterdir() if RunDir(p).finished()]
+    positions = job_positions(path) if runs else {}
+
+    def order(run: RunDir) -> tuple[int, tuple[bool, int, str]]:
+        position = positions.get(run.job_hash() or "", len(positions)) if positions else 0
+        return position, job_order(run.path)
+
+    return sorted(runs, key=order)
 
 
 def finished_runs(dirs: Iterable[Path]) -> list[RunDir]:

@@ -147,7 +147,8 @@ def claim(path: str | Path, exclusive: bool, before_creation: bool) -> Claim:
         try:
             acquire(path)
         except ConfigError:
-            found.discard()
+            if found.existed is not None:  # a sweep job's folder that another process holds is left alone
+                found.discard()
             raise
         found.locked = True
     CLAIMS[path] = found

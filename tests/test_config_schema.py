@@ -102,7 +102,8 @@ def test_a_bad_value_in_a_multirun_fails_its_job_only(tmp_path):
     proc = run_cli(["-m", *FAST, "trainer.max_epochs=1", *jsonl_overrides(data), "optimizer.lr=-1e-4,5e-3",
                     f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=job${hydra.job.num}"], cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert sorted(p.name for p in sweep.iterdir()) == ["job1", "multirun.yaml"]  # job0 left nothing
+    assert sorted(p.name for p in sweep.iterdir()) == ["job0", "job1", "multirun.yaml"]
+    assert [p.name for p in (sweep / "job0").iterdir()] == ["status.json"]  # job0 left its record only
     assert json.loads((sweep / "job1" / "results.json").read_text())["config"]["optimizer"]["lr"] == 5e-3
     error = "error: optimizer.lr: must be > 0 (got -0.0001)"
     lines = error_lines(proc.stderr)

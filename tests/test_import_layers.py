@@ -9,7 +9,7 @@ matches it, its own or a package's):
 1. errors: the user errors every layer raises;
 2. the plumbing every layer may use: file writing (io), optional extras, numeric precision,
    the hardware a run trains on, checkpoint files, the repository's paths, run directories
-   (rundir), the scenario value and the table writer;
+   (rundir), the scenario value, the table writer and a sweep job's identity (sweep_jobs);
 3. data (utterances, readers, the data module) and metrics;
 4. what is computed from data alone: the model's networks, SeqDrift splits, noise transforms,
    model selection criteria, and the efficiency protocol's corpus step and curve fit;
@@ -22,7 +22,7 @@ matches it, its own or a package's):
 9. a training run (train), the robustness suites (evaluate, also a library of train), resuming,
    and the efficiency protocol's run (its corpus, adaptation callback, source Fisher);
 10. reading run directories back: analysis, the study report, the HPO and reproduction
-    drivers, the efficiency study, its outputs and plot;
+    drivers, the efficiency study, its outputs and plot, a sweep's status and relaunch (sweep);
 11. entry points: every ``__main__`` module, and the drivers that compose configs themselves
     (seqdrift.canonical).
 
@@ -43,7 +43,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "robustnlu"
 #: bottom first; a name is a module or a package (then every module inside it)
 LAYERS: list[list[str]] = [
     ["errors"],
-    ["io", "extras", "precision", "hardware", "checkpoint", "paths", "rundir", "runlock", "scenario", "tables"],
+    ["io", "extras", "precision", "hardware", "checkpoint", "paths", "rundir", "runlock", "scenario", "tables",
+     "sweep_jobs"],
     ["data", "metrics"],
     ["model", "seqdrift", "noise", "selection", "efficiency"],  # efficiency: subsets, curve (the rest above)
     ["groups", "adversary", "optim", "distributed"],
@@ -51,7 +52,7 @@ LAYERS: list[list[str]] = [
     ["module", "predict"],
     ["config_schema", "cli", "rundir_claim"],
     ["train", "evaluate", "resume", "efficiency.protocol", "efficiency.adapt"],
-    ["analysis", "report", "hpo", "reproduce", "efficiency.study", "efficiency.report", "efficiency.plot"],
+    ["analysis", "report", "hpo", "reproduce", "efficiency.study", "efficiency.report", "efficiency.plot", "sweep"],
     ["seqdrift.canonical"],  # + every __main__ (`layer_of`)
 ]
 TOP = len(LAYERS) - 1

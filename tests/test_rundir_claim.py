@@ -77,6 +77,18 @@ def test_a_job_folder_of_unknown_history_is_removed_only_if_it_holds_nothing_but
     assert (job / "mine.txt").is_file()
 
 
+def test_a_job_folder_another_live_process_holds_is_refused_and_left_as_it_was(tmp_path):
+    """A sweep launched again while a job of the earlier launch still prepares its data (its folder
+    holds only Hydra's files and that job's lock): the second claim is refused, nothing removed."""
+    job = tmp_path / "job"
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text("- seed=0\n")
+    (job / LOCK_NAME).write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname()}))
+    with pytest.raises(ConfigError, match="is in use by process"):
+        claim(job, exclusive=True, before_creation=False)
+    assert sorted(p.name for p in job.rglob("*")) == sorted([".hydra", LOCK_NAME, "overrides.yaml"])
+
+
 def test_a_folder_with_files_that_is_not_a_run_is_refused_and_left_as_it_was(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()

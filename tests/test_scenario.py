@@ -4,6 +4,7 @@ place that names runs by it (run directories, W&B group, HPO study name)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -64,4 +65,4 @@ def test_results_json_records_the_scenario(tmp_path):
     (results,) = (tmp_path / "sweep").glob("*/results.json")
     stored = json.loads(results.read_text())["scenario"]
     assert stored == {"dataset": "jsonl", "drift": "slot_context", "partial": False, "validation": "ood"}
-    assert results.parent.name == "0-jsonl-slot_context-full-ood-erm-seed0"
+    assert re.fullmatch(r"jsonl-slot_context-full-ood-erm-seed0-[0-9a-f]{8}", results.parent.name)

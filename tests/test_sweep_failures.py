@@ -1,10 +1,13 @@
 """A user error (bad input) in one job of a multirun fails that job only: the job prints its
-one-line error and leaves no run directory, the sweep's other jobs run and write their results
+one-line error and leaves nothing of its run but a record (its folder's status.json: failed, the
+error line, the job's overrides), the sweep's other jobs run and write their results
 (`robustnlu.cli.run_or_exit`, `JobFailed`). The basic sweeper ends with Hydra's one-line
 summary of the failed job and exit status 1; the Optuna sweeper records the trial as FAIL and
 finishes the study."""
 
 from __future__ import annotations
+
+import json
 
 import optuna
 import pytest
@@ -37,7 +40,11 @@ def test_a_user_error_fails_its_job_only_and_the_sweep_exits_non_zero(data, tmp_
                     f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=job${hydra.job.num}"], cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert (sweep / "job1" / "results.json").is_file()  # the job after the failed one ran
-    assert sorted(p.name for p in sweep.iterdir()) == ["job1", "multirun.yaml"]  # job0 discarded
+    assert sorted(p.name for p in sweep.iterdir()) == ["job0", "job1", "multirun.yaml"]
+    assert [p.name for p in (sweep / "job0").iterdir()] == ["status.json"]  # job0: its record, nothing else
+    record = json.loads((sweep / "job0" / "status.json").read_text())
+    assert record["state"] == "failed" and record["error"].startswith(f"{data['bad']}:5: invalid JSON")
+    assert f"dataset.train={data['bad']}" in record["overrides"]
     error = f"error: {data['bad']}:5: invalid JSON"
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert sum(ln.startswith(error) for ln in lines) == 2  # when job 0 failed, and in the summary
@@ -63,7 +70,9 @@ def test_an_optuna_trial_with_a_user_error_is_failed_and_the_study_goes_on(data,
         failed = trial.number in bad
         assert trial.state == (TrialState.FAIL if failed else TrialState.COMPLETE)
         assert (sweep / str(trial.number) / "results.json").is_file() != failed
-        assert (sweep / str(trial.number)).exists() != failed  # the failed trial left no run dir
+        if failed:  # the failed trial left its record and nothing else
+            assert [p.name for p in (sweep / str(trial.number)).iterdir()] == ["status.json"]
+            assert json.loads((sweep / str(trial.number) / "status.json").read_text())["state"] == "failed"
     assert f"Failed experiment: error: {data['bad']}:5: invalid JSON" in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
 

@@ -25,6 +25,7 @@ import pytest
 import torch
 
 from integration_helpers import FAST, cli_env, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from robustnlu.rundir import RunDir
 
 START_SCRIPT = Path(__file__).with_name("start_slurm.sh")
 TINY_SWEEP = [*FAST, "trainer.max_epochs=1", "seed=1,2"]
@@ -196,7 +197,9 @@ def test_a_slurm_job_signalled_mid_epoch_is_requeued_and_resumes_to_the_uninterr
     if info:  # absent when a cluster purges finished jobs sooner
         assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", info
 
-    runs = {int(path.parent.name.split("-")[0]): path.parent for path in sweep_dir.glob("*/results.json")}
+    # job 0 is the signalled one (+callbacks.signal.step=<step>), job 1 the one left alone (null)
+    runs = {0 if f"+callbacks.signal.step={signal_step}" in RunDir(path.parent).overrides() else 1: path.parent
+            for path in sweep_dir.glob("*/results.json")}
     assert sorted(runs) == [0, 1], out[-3000:]
     resumed, straight = (json.loads((runs[n] / "results.json").read_text()) for n in (0, 1))
     assert resumed["resumed_from"] == {"checkpoint": "checkpoints/last.ckpt", "global_step": 12, "epoch": 1}
@@ -273,6 +276,64 @@ def test_a_ddp_job_runs_as_one_slurm_task_per_device(slurm, tmp_path):
         torch.testing.assert_close(x["state_dict"][key], value, rtol=1e-3, atol=1e-3, msg=key)
 
 
+def _arrays(sweep_dir: Path) -> set[str]:
+    """The Slurm job arrays submitted for a sweep (submitit's folders are <array job>_<task>)."""
+    return {p.name.split("_")[0] for p in (sweep_dir / ".submitit").iterdir() if re.fullmatch(r"\d+_\d+", p.name)}
+
+
+@pytest.mark.slurm
+def test_a_slurm_sweeps_failed_job_is_recorded_and_relaunch_runs_the_missing_one_through_slurm(slurm, tmp_path):
+    """A 2-job Slurm sweep, one job with a bad value: the Slurm job writes the failed job's record
+    (status.json: failed, its error line, its overrides). One finished job's folder is then
+    removed (as if it had never run); `python -m robustnlu.sweep relaunch` submits the missing and
+    the failed job again as a Slurm job array with the sweep's launcher settings: the missing one
+    trains, the failed one fails again with the same line. ~1-2 min."""
+    sample = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=30)
+    sweep_dir = tmp_path / "multirun"
+    launcher = ["hydra/launcher=slurm", "hydra.launcher.mem_gb=2", "hydra.launcher.cpus_per_task=1",
+                "hydra.launcher.timeout_min=20"]
+    proc = run_cli(["-m", *FAST, "trainer.max_epochs=1", *jsonl_overrides(sample), "seed=1,2", "optimizer.lr=5e-3,-1",
+                    *launcher, f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+    def status() -> dict[str, dict]:
+        out = run_cli(["status", "--json", str(sweep_dir)], cwd=tmp_path, module="robustnlu.sweep")
+        assert out.returncode == 0, out.stderr[-3000:]
+        jobs = [json.loads(line) for line in out.stdout.splitlines()]
+        return {" ".join(sorted([o for o in j["overrides"] if o.startswith(("seed=", "optimizer.lr="))],
+                                reverse=True)): j for j in jobs}
+
+    jobs = status()
+    assert {k: j["state"] for k, j in jobs.items()} == {
+        "seed=1 optimizer.lr=0.005": "finished", "seed=1 optimizer.lr=-1": "failed",
+        "seed=2 optimizer.lr=0.005": "finished", "seed=2 optimizer.lr=-1": "failed"}
+    failed = RunDir(Path(jobs["seed=1 optimizer.lr=-1"]["folder"])).status()
+    assert failed["error"] == "optimizer.lr: must be > 0 (got -1)"
+    assert failed["slurm_job_id"]  # written in the Slurm job
+    assert "optimizer.lr=-1" in failed["overrides"]
+    kept = Path(jobs["seed=1 optimizer.lr=0.005"]["folder"])
+    kept_results = (kept / "results.json").read_bytes(), (kept / "results.json").stat().st_mtime
+    gone = Path(jobs["seed=2 optimizer.lr=0.005"]["folder"])
+    shutil.rmtree(gone)
+    assert status()["seed=2 optimizer.lr=0.005"]["state"] == "missing"
+    arrays_before = _arrays(sweep_dir)
+
+    proc = run_cli(["relaunch", str(sweep_dir)], cwd=tmp_path, module="robustnlu.sweep")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-5000:]  # the bad values fail again
+    assert "4 jobs, 1 finished, 0 running (left alone), 3 to run again" in proc.stdout
+    command = next(line for line in proc.stdout.splitlines() if line.startswith("+ cd "))
+    assert " ".join(launcher) in command and "hydra/sweeper=joblist" in command and command.endswith("resume=true")
+    jobs = status()
+    assert {k: j["state"] for k, j in jobs.items()} == {
+        "seed=1 optimizer.lr=0.005": "finished", "seed=1 optimizer.lr=-1": "failed",
+        "seed=2 optimizer.lr=0.005": "finished", "seed=2 optimizer.lr=-1": "failed"}
+    assert Path(jobs["seed=2 optimizer.lr=0.005"]["folder"]) == gone  # the same folder name again
+    assert ((kept / "results.json").read_bytes(), (kept / "results.json").stat().st_mtime) == kept_results
+    (new_array,) = _arrays(sweep_dir) - arrays_before  # one Slurm job array of the 3 relaunched jobs
+    assert len([p for p in (sweep_dir / ".submitit").iterdir() if p.name.startswith(f"{new_array}_")]) == 3
+    assert json.loads((gone / "status.json").read_text())["slurm_job_id"]  # trained as a Slurm job
+
+
 def test_local_launcher_runs_a_two_job_sweep_in_parallel(tmp_path):
     # both jobs start at once: one thread each (they inherit the driver's environment)
     sweep_dir, elapsed, proc = _sweep(tmp_path, ["hydra/launcher=local"], env={"OMP_NUM_THREADS": "1"})
@@ -280,8 +341,8 @@ def test_local_launcher_runs_a_two_job_sweep_in_parallel(tmp_path):
 
     results = _results(sweep_dir)
     assert sorted(results) == [1, 2]
-    # job directories are named <job number>-<scenario>-<method>-seed<seed> (conf/hydra/default.yaml)
-    jobs = [sweep_dir / f"{n}-jsonl-erm-seed{n + 1}" for n in (0, 1)]
+    # job directories are named <scenario>-<method>-seed<seed>-<job hash> (conf/hydra/default.yaml)
+    jobs = [next(sweep_dir.glob(f"jsonl-erm-seed{seed}-*")) for seed in (1, 2)]
     # in parallel: each job started (Hydra wrote its .hydra/config.yaml) before the other ended
     starts = [(job / ".hydra" / "config.yaml").stat().st_mtime for job in jobs]
     ends = [(job / "results.json").stat().st_mtime for job in jobs]

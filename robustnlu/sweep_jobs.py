@@ -1,0 +1,228 @@
+"""A sweep's jobs: what identifies one, and the job list of a sweep directory.
+
+A job of a multirun is what its task overrides (``hydra.overrides.task``) make of the config. Its
+identity (`job_identity`) is those overrides normalized — parsed, each value written in one
+canonical form (``optimizer.lr=1e-3`` as written on the command line and ``0.001`` as Hydra's
+basic sweeper passes it from ``optimizer.lr=1e-3,1e-4`` are the same value), ``+key`` / ``++key``
+read as ``key``, sorted — less the settings that do not change what a run computes
+(`NEUTRAL_SETTINGS`: where it writes, how it logs, ``resume``). The same job has the same identity
+whatever the order of the overrides, whatever else the sweep holds and wherever it stands in it.
+
+A job's folder is named by it (conf/hydra/default.yaml: ``hydra.sweep.subdir``): a readable part,
+``<scenario>-<method>-seed<seed>``, and `job_hash`, 8 hex digits of the identity, through the
+``${job_hash:${hydra.overrides.task}}`` resolver. A sweep launched again into its folder with more
+values (``seed=0,1`` then ``seed=0,1,2``, with ``resume=true``) finds its finished jobs where they
+are. Hydra's ``hydra.job.override_dirname`` is not used: it keeps the text as typed (``1e-3`` and
+``0.001`` differ), excludes keys only by their exact name (not ``paths.*``) and grows with every
+override.
+
+The job list (`Sweep.jobs`): Hydra writes ``<sweep dir>/multirun.yaml`` when a multirun starts; its
+``hydra.sweeper.params`` and task overrides are expanded here into one override list per job,
+as Hydra's basic sweeper expands them (`BasicSweeper.split_arguments`), so that a job that never
+started is known too. Other sweepers (the Optuna search) decide their jobs as they go: no list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from robustnlu.errors import DataError
+
+#: settings that do not change what a run computes: where it writes and caches, how it logs and
+#: shows progress, how often it saves last.ckpt, which metric ``python -m robustnlu`` returns,
+#: whether it resumes. The same keys as `robustnlu.resume.NEUTRAL_SETTINGS` (a resumed run may
+#: differ in them; tests/test_sweep_jobs.py checks that the two agree)
+NEUTRAL_SETTINGS = ("resume", "resume_override", "keep_last_checkpoint", "optimized_metric", "paths", "logger",
+                    "callbacks.progress_bar", "callbacks.last_checkpoint", "trainer.enable_progress_bar",
+                    "trainer.log_every_n_steps")
+#: the file Hydra writes into a sweep directory when the multirun starts
+MULTIRUN_FILE = "multirun.yaml"
+#: the ``_target_`` of Hydra's basic sweeper, whose job list is the product of the sweep's values
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+#: hex digits of `job_hash`
+HASH_DIGITS = 8
+
+
+def under(key: str, nodes: Sequence[str]) -> bool:
+    """Whether ``key`` is one of ``nodes`` or inside one of them."""
+    return any(key == n or key.startswith(n + ".") for n in nodes)
+
+
+def override_key(override: Any) -> str:
+    """The key an override sets, without ``+`` / ``++`` / ``~`` (a group's package kept:
+    ``groups@method.groups``)."""
+    return override.key_or_group + (f"@{override.package}" if override.package is not None else "")
+
+
+def parse_overrides(overrides: Iterable[str], config_loader: Any = None) -> list[Any]:
+    """Hydra's parse of ``overrides``; `DataError`-free: a line Hydra cannot parse raises
+    ``ValueError`` naming it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create(config_loader=config_loader)
+    lines = [str(o) for o in overrides]
+    try:
+        return parser.parse_overrides(lines)
+    except HydraException as err:
+        raise ValueError(f"cannot parse the overrides {lines}: {err}") from None
+
+
+def job_identity(overrides: Iterable[str]) -> list[str]:
+    """The normalized overrides that identify a job (see the module docstring): ``key=<value as
+    JSON>`` (``~key`` for a deletion), sorted, `NEUTRAL_SETTINGS` left out; of two overrides of
+    one key the later counts, as when Hydra applies them."""
+    entries: dict[str, str] = {}
+    for override in parse_overrides(overrides):
+        key = override_key(override)
+        if under(override.key_or_group, NEUTRAL_SETTINGS) or under(override.key_or_group, ("hydra",)):
+            continue
+        if override.is_sweep_override():  # not a job's override: kept as typed
+            entries[key] = f"{key}={override.get_value_element_as_str()}"
+            continue
+        value = override.value()
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+        if override.is_delete():
+            entries[key] = f"~{key}" if value is None else f"~{key}={text}"
+        else:
+            entries[key] = f"{key}={text}"
+    return sorted(entries.values())
+
+
+def job_hash(overrides: Iterable[str]) -> str:
+    """`HASH_DIGITS` hex digits of the job's identity (`job_identity`): the last part of its folder name."""
+    text = "\n".join(job_identity(overrides))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:HASH_DIGITS]
+
+
+def job_hash_resolver(overrides: Any) -> str:
+    """``${job_hash:${hydra.overrides.task}}``: `job_hash` of a job's task overrides."""
+    if isinstance(overrides, (ListConfig, DictConfig)):
+        overrides = OmegaConf.to_container(overrides, resolve=True)
+    if isinstance(overrides, str):
+        overrides = [overrides] if overrides else []
+    return job_hash(overrides or [])
+
+
+def register_resolver() -> None:
+    """``${job_hash:<overrides>}`` (idempotent)."""
+    if not OmegaConf.has_resolver("job_hash"):
+        OmegaConf.register_new_resolver("job_hash", job_hash_resolver)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep directory and the ``multirun.yaml`` Hydra wrote there, as written (unresolved)."""
+
+    path: Path
+    config: dict[str, Any]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value at dotted ``key`` as written in multirun.yaml (interpolations unresolved)."""
+        node: Any = self.config
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return default if node is None else node
+
+    @property
+    def task_overrides(self) -> list[str]:
+        """The multirun's task overrides as typed (sweeps included)."""
+        return [str(o) for o in self.get("hydra.overrides.task", [])]
+
+    @property
+    def hydra_overrides(self) -> list[str]:
+        """The multirun's ``hydra.*`` overrides (launcher, sweep dir, ...)."""
+        return [str(o) for o in self.get("hydra.overrides.hydra", [])]
+
+    @property
+    def sweeper(self) -> str:
+        return str(self.get("hydra.sweeper._target_", ""))
+
+    @property
+    def basic(self) -> bool:
+        """Whether Hydra's basic sweeper ran it (a job list that is the product of its values)."""
+        return self.sweeper == BASIC_SWEEPER
+
+    @property
+    def subdir(self) -> str:
+        """``hydra.sweep.subdir`` as configured (unresolved)."""
+        return str(self.get("hydra.sweep.subdir", ""))
+
+    @property
+    def cwd(self) -> Path | None:
+        """The folder the multirun was started in (relative paths in its overrides are from there)."""
+        cwd = self.get("hydra.runtime.cwd")
+        return Path(cwd) if cwd else None
+
+    @property
+    def config_name(self) -> str:
+        return str(self.get("hydra.job.config_name", ""))
+
+    def jobs(self) -> list[list[str]] | None:
+        """Each job's task overrides, in launch order, as Hydra's basic sweeper makes them
+        (``hydra.sweeper.params`` first, then the command line's overrides); None for another
+        sweeper. `DataError` for overrides that cannot be expanded."""
+        if not self.basic:
+            return None
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.types import ValueType
+
+        params = self.get("hydra.sweeper.params", {})
+        lines = [f"{k}={v}" for k, v in params.items()] + self.task_overrides
+        try:
+            overrides = parse_overrides(lines)
+            if any(o.value_type == ValueType.GLOB_CHOICE_SWEEP for o in overrides):  # needs the config groups
+                overrides = parse_overrides(lines, config_loader())
+            (jobs,) = BasicSweeper.split_arguments(overrides, None)
+        except Exception as err:  # Hydra's parse and expansion errors
+            raise DataError(self.path / MULTIRUN_FILE, None, f"cannot expand the sweep's overrides: {err}") from None
+        return jobs
+
+
+def config_loader() -> Any:
+    """Hydra's config loader over the repository's conf/ (for ``glob(...)`` sweeps of config groups)."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+
+    from robustnlu.paths import REPO_ROOT
+
+    return ConfigLoaderImpl(config_search_path=create_config_search_path(str(REPO_ROOT / "conf")))
+
+
+def read_sweep(path: str | Path) -> Sweep | None:
+    """The sweep in ``path`` (its ``multirun.yaml``); None where there is none. `DataError` for a
+    file that is not a multirun's record."""
+    path = Path(path)
+    record = path / MULTIRUN_FILE
+    if not record.is_file():
+        return None
+    try:
+        config = OmegaConf.to_container(OmegaConf.load(record), resolve=False)
+    except Exception as err:  # YAML errors
+        raise DataError(record, None, f"unreadable ({type(err).__name__}: {err})") from None
+    sweep = Sweep(path, config if isinstance(config, dict) else {})
+    if not isinstance(sweep.get("hydra.overrides"), dict):
+        raise DataError(record, None, "not a Hydra multirun record (no hydra.overrides)")
+    return sweep
+
+
+def job_positions(path: str | Path) -> dict[str, int]:
+    """`job_hash` -> position in the job list of the sweep in ``path``; {} where there is no list."""
+    try:
+        sweep = read_sweep(path)
+        jobs = sweep.jobs() if sweep is not None else None
+    except DataError:
+        return {}
+    positions: dict[str, int] = {}
+    for position, overrides in enumerate(jobs or []):
+        positions.setdefault(job_hash(overrides), position)
+    return positions

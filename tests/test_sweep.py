@@ -1,0 +1,324 @@
+"""Sweeps that run for weeks: a job's folder is named by the job (robustnlu/sweep_jobs.py), and
+``python -m robustnlu.sweep status|relaunch`` (robustnlu/sweep.py) tells what became of each job
+of a sweep's job list and runs again only what has not finished.
+
+The unit tests build sweep folders by hand; the integration tests train the tiny encoder: a
+2-method × 2-seed sweep killed mid-way, relaunched, then launched again with a third seed (~2 min),
+and a sweep with a bad value and a crash (~20 s)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from hydra_plugins.robustnlu_plugins.job_list_sweeper import read_jobs, with_overrides
+from integration_helpers import CONF, FAST, cli_env, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from robustnlu import resume
+from robustnlu.errors import ConfigError
+from robustnlu.rundir import RunDir, sweep_runs
+from robustnlu.runlock import LOCK_NAME
+from robustnlu.sweep import main, relaunch, sweep_status
+from robustnlu.sweep_jobs import BASIC_SWEEPER, NEUTRAL_SETTINGS, job_hash, job_identity, read_sweep
+
+
+# ---------------------------------------------------------------------------- identity
+def test_a_jobs_identity_is_its_overrides_whatever_their_order_spelling_and_neutral_settings():
+    base = ["method=topk", "method.k=4", "seed=1", "optimizer.lr=1e-3", "+experiment=snips_slot_value"]
+    same = ["optimizer.lr=0.001", "seed=1", "++experiment=snips_slot_value", "method.k=4", "method=topk",
+            "resume=true", "paths.cache_dir=/elsewhere", "logger=wandb", "~callbacks.progress_bar",
+            "callbacks.last_checkpoint.every_minutes=5", "keep_last_checkpoint=true"]
+    assert job_hash(base) == job_hash(same) and len(job_hash(base)) == 8
+    assert job_identity(base) == job_identity(same)
+    others = (["method.k=5"], ["optimizer.lr=2e-3"], ["seed=2"], ["+model.crf=true"], ["~callbacks.early_stopping"])
+    for other in others:
+        changed = [o for o in base if o.split("=")[0] != other[0].split("=")[0]] + other
+        assert job_hash(changed) != job_hash(base), other
+    # a value as the basic sweeper passes it from a sweep is the value typed alone
+    (jobs,) = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(["optimizer.lr=1e-3,2e-3"]), None)
+    assert jobs[0] == ["optimizer.lr=0.001"] and job_hash(jobs[0]) == job_hash(["optimizer.lr=1e-3"])
+    assert job_hash(["a={x: 1, y: [1, 2]}"]) == job_hash(["a={y: [1,2], x: 1}"])
+
+
+def test_the_settings_left_out_of_a_jobs_identity_are_those_a_resumed_run_may_change():
+    assert NEUTRAL_SETTINGS == resume.NEUTRAL_SETTINGS
+
+
+def _subdir(overrides: list[str]) -> str:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    hydra_config = HydraConfig.instance()
+    previous, hydra_config.cfg = hydra_config.cfg, None
+    try:
+        hydra_config.set_config(cfg)
+        return str(cfg.hydra.sweep.subdir)
+    finally:
+        hydra_config.cfg = previous
+
+
+def test_a_sweep_jobs_folder_is_named_by_scenario_method_seed_and_the_jobs_hash():
+    one = ["method=topk", "seed=1", "optimizer.lr=1e-3", "drift=slot_context"]
+    name = _subdir(one)
+    assert name == f"snips-slot_context-full-iid-topk-seed1-{job_hash(one)}"
+    assert _subdir([*reversed(one), "resume=true"]) == name
+    assert _subdir([*one[:2], "optimizer.lr=2e-3", one[3]]) != name
+
+
+# ---------------------------------------------------------------------------- a sweep made by hand
+def _multirun(sweep: Path, task: list[str], hydra: list[str] = (), params: dict | None = None,
+              subdir: str = "${scenario}-${method.name}-seed${seed}-${job_hash:${hydra.overrides.task}}",
+              sweeper: str = BASIC_SWEEPER, cwd: Path | None = None) -> None:
+    sweep.mkdir(parents=True, exist_ok=True)
+    record = {"hydra": {"overrides": {"task": list(task), "hydra": list(hydra)},
+                        "sweeper": {"_target_": sweeper, "max_batch_size": None, "params": params},
+                        "sweep": {"dir": str(sweep), "subdir": subdir},
+                        "runtime": {"cwd": str(cwd or sweep.parent)}, "job": {"config_name": "config"}},
+              "seed": 0}
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump(record))
+
+
+def _job(sweep: Path, overrides: list[str], status: dict | None = None, results: bool = False,
+         lock: dict | None = None) -> Path:
+    folder = sweep / f"job-{job_hash(overrides)}"
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    if status is not None:
+        (folder / "status.json").write_text(json.dumps(status))
+    if results:
+        (folder / "results.json").write_text(json.dumps({"seed": 0}))
+    if lock is not None:
+        (folder / LOCK_NAME).write_text(json.dumps(lock))
+    return folder
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_the_job_list_is_the_basic_sweepers_product_with_its_params_first(tmp_path):
+    _multirun(tmp_path / "s", ["method=erm,topk", "seed=0,1", "trainer.max_epochs=2"], params={"validation": "iid,ood"})
+    jobs = read_sweep(tmp_path / "s").jobs()
+    assert jobs == [[f"validation={v}", f"method={m}", f"seed={s}", "trainer.max_epochs=2"]
+                    for v in ("iid", "ood") for m in ("erm", "topk") for s in (0, 1)]
+    _multirun(tmp_path / "o", ["seed=0"], sweeper="hydra_plugins.robustnlu_plugins.optuna_sweeper.OptunaSweeper")
+    assert read_sweep(tmp_path / "o").jobs() is None and read_sweep(tmp_path / "none") is None
+
+
+def _states(sweep: Path) -> dict[str, tuple[str, str | None]]:
+    return {" ".join(j.overrides): (j.state, j.error) for j in sweep_status(sweep)[1]}
+
+
+def test_status_tells_each_job_of_the_list_finished_failed_running_interrupted_or_missing(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    _multirun(sweep, ["seed=0,1,2,3,4,5"])
+    me = {"pid": os.getpid(), "host": socket.gethostname()}
+    dead = {"pid": _dead_pid(), "host": socket.gethostname()}
+    _job(sweep, ["seed=0"], {"state": "finished"}, results=True)
+    _job(sweep, ["seed=1"], {"state": "failed", "error": "optimizer.lr: must be > 0 (got -1)", "overrides": ["seed=1"]})
+    _job(sweep, ["seed=2"], {"state": "running"}, lock=me)
+    _job(sweep, ["seed=3"], {"state": "running"}, lock=dead)  # SIGKILLed: its lock and status stay
+    _job(sweep, ["seed=4"], {"state": "interrupted", "error": "SystemExit: -1"})
+    _job(sweep, ["seed=7", "resume=true"], {"state": "finished"}, results=True)  # an earlier launch's job
+    (sweep / "wandb").mkdir()  # not a job
+    assert _states(sweep) == {"seed=0": ("finished", None), "seed=1": ("failed", "optimizer.lr: must be > 0 (got -1)"),
+                              "seed=2": ("running", None), "seed=3": ("interrupted", None),
+                              "seed=4": ("interrupted", "SystemExit: -1"), "seed=5": ("missing", None),
+                              "seed=7 resume=true": ("finished", None)}
+    assert [j.listed for j in sweep_status(sweep)[1]] == [True] * 6 + [False]
+    assert main(["status", str(sweep)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("6 jobs (its multirun.yaml's job list): 1 finished, 1 failed, 1 running, "
+                           "2 interrupted, 1 missing")
+    failed = next(i for i, line in enumerate(out) if line.split()[0] == "failed")
+    assert out[failed].split()[-1] == "seed=1"
+    assert out[failed + 1].split(None, 1) == ["error:", "optimizer.lr: must be > 0 (got -1)"]
+    assert out[-1].split() == ["finished", f"job-{job_hash(['seed=7'])}", "seed=7", "resume=true"]
+    assert out[-2].startswith("1 folder(s) of jobs not in the job list")
+    # a failed job's record without Hydra's .hydra/ (a job refused for a bad value) is found by its overrides
+    (sweep / f"job-{job_hash(['seed=1'])}" / ".hydra" / "overrides.yaml").unlink()
+    assert _states(sweep)["seed=1"][0] == "failed"
+
+
+def test_relaunch_runs_the_unfinished_jobs_with_the_sweeps_launcher_and_resume(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    _multirun(sweep, ["method=erm,topk", "seed=0", "resume=false"],
+              hydra=["hydra/launcher=slurm", "hydra.launcher.partition=gpu", f"hydra.sweep.dir={sweep}",
+                     "hydra.sweeper.max_batch_size=2", "hydra.mode=MULTIRUN"])
+    _job(sweep, ["method=erm", "seed=0", "resume=false"], {"state": "finished"}, results=True)
+    running = _job(sweep, ["method=topk", "seed=0", "resume=false"], {"state": "running"},
+                   lock={"pid": os.getpid(), "host": socket.gethostname()})
+    assert relaunch(sweep, dry_run=True) == 0
+    out = capsys.readouterr().out
+    assert "1 running (left alone), 0 to run again" in out and "nothing to relaunch" in out
+    (running / LOCK_NAME).unlink()  # its process is gone
+    assert relaunch(sweep, dry_run=True) == 0
+    out = capsys.readouterr().out
+    command = next(line for line in out.splitlines() if line.startswith("+ cd "))
+    assert command.startswith(f"+ cd {tmp_path} && {sys.executable} -m robustnlu -m hydra/launcher=slurm "
+                              f"hydra.launcher.partition=gpu hydra.sweeper.max_batch_size=2 hydra.sweep.dir={sweep} "
+                              "hydra/sweeper=joblist hydra.sweeper.jobs_file=")
+    assert command.endswith(" resume=true") and "hydra.mode" not in command
+    assert not (sweep / ".relaunch").exists()  # a dry run writes nothing
+    jobs_file = tmp_path / "jobs.json"
+    jobs_file.write_text(json.dumps({"jobs": [["method=topk", "seed=0"]]}))
+    assert read_jobs(jobs_file) == [["method=topk", "seed=0"]]
+    assert with_overrides(["method=topk", "resume=false", "seed=0"], ["resume=true"]) == \
+        ["method=topk", "seed=0", "resume=true"]
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("no multirun.yaml", "no multirun.yaml, so the sweep's jobs are not known"),
+    ("optuna", "decides its jobs as it goes"),
+    ("numbered folders", "named by position"),
+])
+def test_relaunch_refuses_sweeps_whose_jobs_it_cannot_place(tmp_path, case, expected):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    if case == "optuna":
+        _multirun(sweep, ["seed=0"], sweeper="hydra_plugins.robustnlu_plugins.optuna_sweeper.OptunaSweeper")
+    elif case == "numbered folders":
+        _multirun(sweep, ["seed=0,1"], subdir="job${hydra.job.num}")
+    with pytest.raises(ConfigError, match=expected):
+        relaunch(sweep, dry_run=True)
+
+
+def test_a_sweeps_finished_runs_come_in_its_job_list_order(tmp_path):
+    """`compare` takes the first run of a sweep as the baseline: the job list's first, whatever the
+    folder names sort as."""
+    sweep = tmp_path / "sweep"
+    _multirun(sweep, ["method=topk,erm", "seed=0"])
+    erm = _job(sweep, ["method=erm", "seed=0"], {"state": "finished"}, results=True)
+    topk = _job(sweep, ["method=topk", "seed=0"], {"state": "finished"}, results=True)
+    assert [r.path for r in sweep_runs(sweep)] == [topk, erm]
+    _multirun(sweep, ["method=erm,topk", "seed=0"])
+    assert [r.path for r in sweep_runs(sweep)] == [erm, topk]
+
+
+# ---------------------------------------------------------------------------- real sweeps (tiny encoder)
+def _status(sweep: Path, cwd: Path) -> dict[str, tuple[str, str]]:
+    """``python -m robustnlu.sweep status --json``: the job's swept overrides -> (state, folder name)."""
+    proc = run_cli(["status", "--json", str(sweep)], cwd=cwd, module="robustnlu.sweep")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = {}
+    for line in proc.stdout.splitlines():
+        job = json.loads(line)
+        key = " ".join(o for o in job["overrides"] if o.startswith(("method=", "seed=")))
+        found[key] = (job["state"], Path(job["folder"]).name if job["folder"] else None)
+    return found
+
+
+def _finished_files(folder: Path) -> dict[str, tuple[bytes, float]]:
+    """What a finished run's result is: results.json (its bytes and mtime), predictions, checkpoints."""
+    files = [folder / "results.json", *sorted((folder / "predictions").iterdir()),
+             *sorted((folder / "checkpoints").iterdir())]
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime) for p in files}
+
+
+def test_a_killed_sweep_is_relaunched_and_extended_without_training_its_finished_jobs_again(tmp_path):
+    """~2 min: a 2-method × 2-seed sweep SIGKILLed while its third job trains; status; relaunch
+    (only the interrupted and the missing job run); the same sweep with a third seed and
+    resume=true (only the new seed's jobs train); every finished job keeps its folder and files."""
+    data = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=30)
+    sweep = tmp_path / "sweep"
+    common = [*FAST, "trainer.max_epochs=3", *jsonl_overrides(data), f"hydra.sweep.dir={sweep}"]
+    log = (tmp_path / "driver.log").open("w")
+    driver = subprocess.Popen([sys.executable, "-m", "robustnlu", "-m", *common, "method=erm,topk", "seed=0,1"],
+                              cwd=tmp_path, env=cli_env(), stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 400
+    while time.time() < deadline and driver.poll() is None:
+        done = list(sweep.glob("*/results.json"))
+        training = [p for p in sweep.glob("*/status.json") if not (p.parent / "results.json").exists()
+                    and json.loads(p.read_text() or "{}").get("state") == "running"]
+        if len(done) == 2 and training:
+            driver.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    driver.wait(timeout=60)
+    assert driver.returncode == -signal.SIGKILL, (tmp_path / "driver.log").read_text()[-3000:]
+
+    states = _status(sweep, tmp_path)
+    assert {k: s for k, (s, _) in states.items()} == {
+        "method=erm seed=0": "finished", "method=erm seed=1": "finished",
+        "method=topk seed=0": "interrupted", "method=topk seed=1": "missing"}
+    names = {k: f for k, (_, f) in states.items()}
+    finished = {names[k]: _finished_files(sweep / names[k]) for k in ("method=erm seed=0", "method=erm seed=1")}
+    hydra_records = {names[k]: (sweep / names[k] / ".hydra" / "config.yaml").stat().st_mtime
+                     for k in ("method=erm seed=0", "method=erm seed=1")}
+
+    proc = run_cli(["relaunch", str(sweep)], cwd=tmp_path, module="robustnlu.sweep")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "4 jobs, 2 finished, 0 running (left alone), 2 to run again" in proc.stdout
+    assert "hydra/sweeper=joblist" in proc.stdout and proc.stdout.count("resume=true: the run in") == 0
+    states = _status(sweep, tmp_path)
+    assert {s for s, _ in states.values()} == {"finished"}
+    assert {k: f for k, (_, f) in states.items()}.items() >= {k: names[k] for k in names if names[k]}.items()
+    for name, files in finished.items():  # not launched at all: not even Hydra's record was rewritten
+        assert _finished_files(sweep / name) == files
+        assert (sweep / name / ".hydra" / "config.yaml").stat().st_mtime == hydra_records[name]
+
+    everything = {f: _finished_files(sweep / f) for _, f in states.values()}
+    proc = run_cli(["-m", *common, "seed=0,1,2", "method=erm,topk", "resume=true"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("has finished; its stored results.json is the result") == 4
+    states = _status(sweep, tmp_path)
+    assert len(states) == 6 and {s for s, _ in states.values()} == {"finished"}
+    assert {f for _, f in states.values()} >= set(everything)  # the same folders
+    for name, files in everything.items():
+        assert _finished_files(sweep / name) == files  # not trained again: results, predictions, weights untouched
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")) == \
+        sorted(f for _, f in states.values())
+
+
+def test_a_sweep_with_a_bad_value_and_a_crash_shows_each_failed_job_with_its_error(tmp_path):
+    """~20 s: optimizer.lr × trainer.limit_train_batches, with lr -1 (refused by the schema: a user
+    error) and limit_train_batches -1 (refused by Lightning: a crash). Each failed job leaves a
+    record; status lists it as failed with its error line; the crash keeps its traceback."""
+    data = write_snips_sample_jsonl(tmp_path / "data", n_train=48, n_eval=16)
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["-m", *FAST, "trainer.max_epochs=1", *jsonl_overrides(data), "optimizer.lr=5e-3,-1",
+                    "++trainer.limit_train_batches=1.0,-1", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert proc.returncode != 0
+    status = run_cli(["status", str(sweep)], cwd=tmp_path, module="robustnlu.sweep")
+    assert status.returncode == 0, status.stderr[-3000:]
+    lines = status.stdout.splitlines()
+    assert lines[0].endswith("4 jobs (its multirun.yaml's job list): 1 finished, 3 failed, 0 running, "
+                             "0 interrupted, 0 missing")
+    lines += ["", ""]
+    rows = {" ".join(line.split()[2:]): (line.split()[0], lines[i + 1].strip(), lines[i + 2].strip())
+            for i, line in enumerate(lines[1:-2], 1) if line.split()[0] in ("finished", "failed")}
+    assert rows["optimizer.lr=0.005 ++trainer.limit_train_batches=1.0"][0] == "finished"
+    for limit in ("1.0", "-1"):
+        state, error, _ = rows[f"optimizer.lr=-1 ++trainer.limit_train_batches={limit}"]
+        assert (state, error) == ("failed", "error: optimizer.lr: must be > 0 (got -1)")
+    state, error, note = rows["optimizer.lr=0.005 ++trainer.limit_train_batches=-1"]
+    assert state == "failed" and error.startswith("error: InstantiationException:") and "limit_train_batches" in error
+    assert note.startswith("(traceback: ") and note.endswith("traceback.txt)")
+
+    for folder in sweep.iterdir():
+        if not folder.is_dir():
+            continue
+        record = RunDir(folder).status()
+        overrides = RunDir(folder).overrides()
+        assert folder.name.endswith(job_hash(overrides))  # found by its recorded overrides, named by them
+        if "optimizer.lr=-1" in overrides:  # refused before training: only the record is left
+            assert sorted(p.name for p in folder.iterdir()) == ["status.json"]
+            assert record["state"] == "failed" and record["error"] == "optimizer.lr: must be > 0 (got -1)"
+            assert record["overrides"] == overrides
+        elif "++trainer.limit_train_batches=-1" in overrides:
+            assert record["state"] == "failed" and record["traceback"] == "traceback.txt"
+            text = (folder / "traceback.txt").read_text()
+            assert text.startswith("Traceback") and "MisconfigurationException" in text
