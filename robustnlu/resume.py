@@ -45,13 +45,9 @@ from robustnlu.checkpoint import read_checkpoint
 from robustnlu.errors import DataError, ResumeError
 from robustnlu.io import atomic_write_json, atomic_write_text
 from robustnlu.rundir import LAST_CHECKPOINT, RunDir
+from robustnlu.sweep_jobs import NEUTRAL_SETTINGS, under
 
 WANDB_RECORD = "wandb.json"
-#: settings that do not change what a run computes: where it writes and caches, how it logs and
-#: shows progress, how often it saves last.ckpt, which metric ``python -m robustnlu`` returns
-NEUTRAL_SETTINGS = ("resume", "resume_override", "keep_last_checkpoint", "optimized_metric", "paths", "logger",
-                    "callbacks.progress_bar", "callbacks.last_checkpoint", "trainer.enable_progress_bar",
-                    "trainer.log_every_n_steps")
 #: a setting absent from one of the two configs
 ABSENT = "<absent>"
 
@@ -208,10 +204,6 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(node, dict) and node:
         return {k: v for key, value in node.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
     return {prefix.rstrip("."): node}
-
-
-def under(key: str, nodes: tuple[str, ...] | list[str]) -> bool:
-    return any(key == n or key.startswith(n + ".") for n in nodes)
 
 
 def changed_settings(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

@@ -37,8 +37,8 @@ from robustnlu.errors import DataError
 
 #: settings that do not change what a run computes: where it writes and caches, how it logs and
 #: shows progress, how often it saves last.ckpt, which metric ``python -m robustnlu`` returns,
-#: whether it resumes. The same keys as `robustnlu.resume.NEUTRAL_SETTINGS` (a resumed run may
-#: differ in them; tests/test_sweep_jobs.py checks that the two agree)
+#: whether it resumes: left out of a job's identity, and what a resumed run may differ in
+#: (`robustnlu.resume.check_settings`)
 NEUTRAL_SETTINGS = ("resume", "resume_override", "keep_last_checkpoint", "optimized_metric", "paths", "logger",
                     "callbacks.progress_bar", "callbacks.last_checkpoint", "trainer.enable_progress_bar",
                     "trainer.log_every_n_steps")

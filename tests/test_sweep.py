@@ -26,12 +26,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from hydra_plugins.robustnlu_plugins.job_list_sweeper import read_jobs, with_overrides
 from integration_helpers import CONF, FAST, cli_env, jsonl_overrides, run_cli, write_snips_sample_jsonl
-from robustnlu import resume
 from robustnlu.errors import ConfigError
 from robustnlu.rundir import RunDir, sweep_runs
 from robustnlu.runlock import LOCK_NAME
 from robustnlu.sweep import main, relaunch, sweep_status
-from robustnlu.sweep_jobs import BASIC_SWEEPER, NEUTRAL_SETTINGS, job_hash, job_identity, read_sweep
+from robustnlu.sweep_jobs import BASIC_SWEEPER, job_hash, job_identity, read_sweep
 
 
 # ---------------------------------------------------------------------------- identity
@@ -50,10 +49,6 @@ def test_a_jobs_identity_is_its_overrides_whatever_their_order_spelling_and_neut
     (jobs,) = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(["optimizer.lr=1e-3,2e-3"]), None)
     assert jobs[0] == ["optimizer.lr=0.001"] and job_hash(jobs[0]) == job_hash(["optimizer.lr=1e-3"])
     assert job_hash(["a={x: 1, y: [1, 2]}"]) == job_hash(["a={y: [1,2], x: 1}"])
-
-
-def test_the_settings_left_out_of_a_jobs_identity_are_those_a_resumed_run_may_change():
-    assert NEUTRAL_SETTINGS == resume.NEUTRAL_SETTINGS
 
 
 def _subdir(overrides: list[str]) -> str:
