@@ -2,8 +2,10 @@
 filling) under distribution shift: drifted benchmark splits (SeqDrift), JointBERT with ERM
 and distributionally robust objectives, and the study tooling around them."""
 
-from robustnlu.scenario import register_resolver
+from robustnlu import paths, scenario
 
 __version__ = "0.1.0"
 
-register_resolver()  # ${scenario_name:...} in conf/config.yaml, before any config is composed
+# before any config is composed: ${scenario_name:...} (conf/config.yaml), ${shipped_data_dir:} (conf/paths/)
+scenario.register_resolver()
+paths.register_resolver()
