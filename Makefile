@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install run noise-study efficiency-study reproduce reproduction-report test test-slow test-gpu bench clean
+.PHONY: install run noise-study efficiency-study reproduce reproduction-report test test-wheel test-slow test-gpu bench clean
 
 install: $(STAMP)
 
@@ -58,9 +58,14 @@ reproduce: install
 reproduction-report: install
 	$(PY) -m robustnlu.reproduce report
 
-# The default suite (fast); `make test-slow` adds the slow tests.
+# The default suite (fast); `make test-slow` adds the slow tests (and the wheel's).
 test: install
 	$(PY) -m pytest
+
+# The package as a user installs it: sdist, wheel, a fresh venv, commands run outside the checkout
+# (tests/test_wheel.py; about a minute). CI runs it after `make test`.
+test-wheel: install
+	$(PY) -m pytest -m wheel
 
 test-slow: install
 	$(PY) -m pytest -m "not gpu"

@@ -32,9 +32,10 @@ TOPV2_DOMAINS = ("alarm", "event", "messaging", "music", "navigation", "reminder
 def load_utterances(dataset: str):
     """All utterances of ``dataset`` (``topv2_all`` = the eight TOPv2 domains joined)."""
     from robustnlu.data.readers import load_corpus
+    from robustnlu.paths import shipped_config
 
     names = [f"topv2_{d}" for d in TOPV2_DOMAINS] if dataset == "topv2_all" else [dataset]
-    return [u for name in names for u in load_corpus(OmegaConf.load(REPO / "conf" / "dataset" / f"{name}.yaml"), REPO).all()]
+    return [u for name in names for u in load_corpus(shipped_config("dataset", name)).all()]
 
 
 def drift_config(kind: str, dataset: str) -> dict:

@@ -18,7 +18,6 @@ from robustnlu.data.datamodule import Collator, EncodedDataset, SLUDataModule
 from robustnlu.data.readers import load_corpus
 from robustnlu.model.encoders import build_encoder, load_tokenizer
 from robustnlu.module import SLUModule
-from robustnlu.train import repo_root
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -60,7 +59,7 @@ def load_workload(cfg: DictConfig, n_batches: int) -> Workload:
     """Read and tokenise SNIPS through the data module, draw the first ``n_batches`` training
     batches of the run's sampler, and build the `SLUModule` exactly as `robustnlu.train.run` does."""
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    corpus = load_corpus(cfg.dataset, repo_root(cfg))
+    corpus = load_corpus(cfg.dataset)
     vocab = corpus.vocab()
     tokenizer = load_tokenizer(cfg.encoder)
     datamodule = SLUDataModule(corpus, tokenizer, vocab, seed=cfg.seed, **cfg.data)

@@ -1,4 +1,5 @@
-"""What every Hydra entry point shares: where the repository is, and how a user error ends a
+"""What every Hydra entry point shares: where its configs are (`robustnlu.paths.CONF_DIR`: a
+checkout's conf/ or the installed package's copy), and how a user error ends a
 run (one line on stderr, exit code 2, no traceback, no half-written run directory, and never a
 file the invocation did not make removed: `robustnlu.rundir_claim`; a run stopped in
 mid-training by a non-finite loss keeps its resumable run directory, `NonFiniteLoss`).
@@ -43,7 +44,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from robustnlu.config_schema import check_config
 from robustnlu.errors import ConfigError, RobustNLUError, report
 from robustnlu.io import atomic_write_json, atomic_write_text
-from robustnlu.paths import REPO_ROOT, repo_root  # noqa: F401  (re-exported: the entry points' repository root)
+from robustnlu.paths import CONF_DIR
 from robustnlu.rundir import RunDir
 from robustnlu.rundir_claim import claim, secondary_process, undo, unclaim
 
@@ -155,14 +156,14 @@ def hydra_message(err: CompactHydraException) -> str:
 
 
 def hydra_app(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Callable[[], None]]:
-    """``@hydra.main`` over ``conf/<config_name>.yaml``, except that a config Hydra cannot
+    """``@hydra.main`` over ``conf/<config_name>.yaml`` (`CONF_DIR`), except that a config Hydra cannot
     compose ends like every user error: one line, exit 2 (Hydra prints several lines and exits
     with 1). ``HYDRA_FULL_ERROR=1`` is Hydra's switch to raise its errors instead of printing
     them; unexpected errors then show their whole traceback. A multirun whose jobs failed
     (`JobFailed`) still ends with Hydra's summary line and exit status 1."""
 
     def decorate(task: Callable[[DictConfig], Any]) -> Callable[[], None]:
-        app = hydra.main(version_base="1.3", config_path=str(REPO_ROOT / "conf"), config_name=config_name)(task)
+        app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)(task)
 
         @functools.wraps(task)
         def main() -> None:
@@ -187,7 +188,7 @@ def compose_run_config(overrides: list[str]) -> DictConfig:
     from hydra import compose, initialize_config_dir
 
     try:
-        with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
     except CompactHydraException as err:
         raise ConfigError(hydra_message(err)) from err
@@ -212,5 +213,4 @@ def run_multirun(args: list[str]) -> None:
         raise SystemExit(rc)
 
 
-__all__ = ["REPO_ROOT", "JobFailed", "compose_run_config", "hydra_app", "hydra_message", "repo_root",
-           "run_multirun", "run_or_exit"]
+__all__ = ["JobFailed", "compose_run_config", "hydra_app", "hydra_message", "run_multirun", "run_or_exit"]

@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from robustnlu.cli import hydra_app, repo_root, run_or_exit
+from robustnlu.cli import hydra_app, run_or_exit
 from robustnlu.data.readers import load_corpus
 from robustnlu.data.utterance import Corpus, Utterance
 from robustnlu.errors import ConfigError, DataError
@@ -44,6 +44,7 @@ from robustnlu.noise.augment import build_transform
 from robustnlu.noise.base import noise_all
 from robustnlu.noise.casing import tokenizer_ignores_case
 from robustnlu.noise.suite import NoisyPair, load_noisy_suite
+from robustnlu.paths import data_dir, relocate_data
 from robustnlu.predict import Predictor, inference_device
 from robustnlu.rundir import RunDir
 from robustnlu.seqdrift.pipeline import make_drift_split
@@ -104,13 +105,12 @@ def evaluate_suites(
     """suite name → {"scores": [NoiseScore dicts], "pairs": [pair reports]} for every suite in
     ``suites`` (the composed ``suite`` config); ``run_corpus`` is the run's corpus (after its
     drift split, before augmentation)."""
-    root = repo_root(run_cfg)
     uncased = tokenizer_ignores_case(predictor.tokenizer)
     results = {}
     for name, suite_cfg in suites.items():
         if suite_cfg["kind"] == "released":
-            original = load_corpus(run_cfg.dataset, root)
-            pairs = load_noisy_suite(suite_cfg, root, {original.name: original})
+            original = load_corpus(run_cfg.dataset)
+            pairs = load_noisy_suite(suite_cfg, Path(), {original.name: original})
             if not pairs:
                 raise ConfigError(f"suite {name}: no noisy data for dataset {original.name!r} (the suite covers ATIS and SNIPS)")
         elif suite_cfg["kind"] == "synthetic":
@@ -156,7 +156,7 @@ def write_robustness(run_dir: Path, results: Mapping[str, dict[str, Any]], check
 
 
 #: what evaluate reads from the run's config.yaml
-RUN_CONFIG_KEYS = ("dataset", "drift", "validation", "seed", "paths.root", "paths.cache_dir")
+RUN_CONFIG_KEYS = ("dataset", "drift", "validation", "seed", "paths.cache_dir")
 
 
 def read_run_config(run: RunDir, ckpt: Path) -> DictConfig:
@@ -187,7 +187,7 @@ def read_run_config(run: RunDir, ckpt: Path) -> DictConfig:
 def run_corpus_of(run_cfg: DictConfig, corpus: Corpus) -> Corpus:
     """The run's corpus as it trained on it: its dataset ``corpus`` re-split by its drift split (cached)."""
     return make_drift_split(
-        corpus, run_cfg.drift, run_cfg.validation, run_cfg.paths.cache_dir, repo_root(run_cfg) / SHIPPED_DIR
+        corpus, run_cfg.drift, run_cfg.validation, run_cfg.paths.cache_dir, data_dir(run_cfg) / SHIPPED_DIR
     ).apply(corpus)
 
 
@@ -198,9 +198,10 @@ def evaluate(cfg: DictConfig) -> str:
     ckpt = Path(cfg.ckpt)
     predictor = Predictor.from_checkpoint(ckpt, device)  # a file that is not a checkpoint: DataError
     run = RunDir.of_checkpoint(ckpt)
-    run_cfg = read_run_config(run, ckpt)
+    # the run's datasets where it read them, or under this command's paths.data_dir when that folder is gone
+    run_cfg = OmegaConf.create(relocate_data(OmegaConf.to_container(read_run_config(run, ckpt)), data_dir(cfg)))
     earlier = earlier_suites(run.path)  # read before the work: a file cut short stops it
-    dataset = load_corpus(run_cfg.dataset, repo_root(run_cfg))
+    dataset = load_corpus(run_cfg.dataset)
     check_outputs([run.robustness_file, run.path / "robustness.md"], [ckpt, run.config_file, *dataset.files()], "ckpt")
     results = evaluate_suites(predictor, cfg.suite, run_cfg, run_corpus_of(run_cfg, dataset), cfg.batch_size)
     tables = write_robustness(run.path, results, str(ckpt.resolve().relative_to(run.path)), earlier)

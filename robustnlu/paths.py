@@ -1,15 +1,115 @@
-"""Where relative data paths are resolved (``paths.root``, conf/paths/default.yaml): the
-repository root, or the configured root."""
+"""Where robustnlu finds its configs and its datasets, in a checkout and installed, and how the
+paths in a config are read.
+
+A checkout keeps them at the repository's top level, ``conf/`` and ``data/``. A wheel carries
+the same two folders inside the package, as ``robustnlu/_shipped/conf`` and
+``robustnlu/_shipped/data`` (copied there when the wheel is built: `robustnlu._build`).
+`CONF_DIR` and `DATA_DIR` are whichever of the two this copy of robustnlu has.
+
+Paths in a config are read as written: a relative one from the current folder (the folder the
+command runs in; Hydra does not change it, ``hydra.job.chdir: false``). The shipped dataset and
+suite configs name their files under ``${paths.data_dir}`` (conf/paths/default.yaml), which is
+`DATA_DIR` unless set: ``paths.data_dir`` is the one setting that moves the datasets. A run's
+config.yaml records the absolute paths it read; `relocate_data` reads them under another data
+folder when the recorded one is gone (a run brought from another installation or machine)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import OmegaConf
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+logger = logging.getLogger(__name__)
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+#: the folder inside an installed package that holds the checkout's conf/ and data/ (the name
+#: `robustnlu._build` copies them to)
+SHIPPED = "_shipped"
+#: a checkout's root (installed: the site-packages folder, where nothing of robustnlu's is)
+REPO_ROOT = PACKAGE_DIR.parent
 
 
-def repo_root(cfg: DictConfig) -> Path:
-    """Where relative data paths are resolved: ``paths.root`` or the repository root."""
-    return Path(cfg.paths.root) if cfg.paths.get("root") else REPO_ROOT
+def shipped(name: str) -> Path:
+    """The shipped folder ``name`` (``conf`` or ``data``): the installed package's copy, or the
+    checkout's."""
+    installed = PACKAGE_DIR / SHIPPED / name
+    return installed if installed.is_dir() else REPO_ROOT / name
+
+
+CONF_DIR = shipped("conf")
+DATA_DIR = shipped("data")
+#: the folder that tools working on the repository (the reproduction's committed records, its
+#: runs) start from: the checkout's root, or, installed, the current folder
+PROJECT_DIR = REPO_ROOT if CONF_DIR == REPO_ROOT / "conf" else Path()
+
+
+def register_resolver() -> None:
+    """``${shipped_data_dir:}``, the default of ``paths.data_dir`` (idempotent)."""
+    if not OmegaConf.has_resolver("shipped_data_dir"):
+        OmegaConf.register_new_resolver("shipped_data_dir", lambda: str(DATA_DIR))
+
+
+def data_dir(cfg: Any) -> Path:
+    """The datasets' folder of a composed config (``paths.data_dir``)."""
+    return Path(cfg.paths.data_dir)
+
+
+def shipped_config(group: str, name: str) -> dict[str, Any]:
+    """``conf/<group>/<name>.yaml`` on its own, as plain containers, with ``${paths.data_dir}``
+    read as the shipped datasets (`DATA_DIR`): a dataset or suite config outside a composed run
+    (``load_corpus(shipped_config("dataset", "snips"))``). Mandatory values stay ``"???"``."""
+    node = OmegaConf.load(CONF_DIR / group / f"{name}.yaml")
+    merged = OmegaConf.create({"paths": {"data_dir": str(DATA_DIR)}, "node": node})
+    return OmegaConf.to_container(merged, resolve=True)["node"]
+
+
+#: the keys of a dataset config that hold paths (jsonl: the split files; mit: ``corpora``)
+DATASET_PATH_KEYS = ("path", "train", "valid", "test")
+
+
+def _map_dataset_paths(config: dict[str, Any], change: Callable[[str], str]) -> dict[str, Any]:
+    """``config`` with each path of its dataset config replaced by ``change(path)`` (a copy)."""
+    if not isinstance(config.get("dataset"), dict):
+        return config
+    dataset = {k: change(v) if k in DATASET_PATH_KEYS and isinstance(v, str) else v
+               for k, v in config["dataset"].items()}
+    if isinstance(dataset.get("corpora"), dict):
+        dataset["corpora"] = {k: change(v) if isinstance(v, str) else v for k, v in dataset["corpora"].items()}
+    return {**config, "dataset": dataset}
+
+
+def upgrade_run_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A run config (plain containers) with ``paths.data_dir``. One written before that setting
+    existed has ``paths.root`` instead, and its relative dataset paths (``data/snips``) were read
+    from that root or, null, from the folder holding the shipped ``data/``: they are given here
+    as those absolute paths, ``paths.data_dir`` as ``<root>/data``. A current config is returned
+    as it is."""
+    paths = config.get("paths")
+    if not isinstance(paths, dict) or "data_dir" in paths or "root" not in paths:
+        return config
+    root = Path(paths["root"]) if paths["root"] else DATA_DIR.parent
+    paths = {**{k: v for k, v in paths.items() if k != "root"}, "data_dir": str(root / "data")}
+    return _map_dataset_paths({**config, "paths": paths},
+                              lambda p: p if p == "???" or Path(p).is_absolute() else str(root / p))
+
+
+def relocate_data(config: dict[str, Any], data_dir_now: Path) -> dict[str, Any]:
+    """A run config (plain containers, `upgrade_run_config`) whose dataset is read where the run
+    read it, or, when its ``paths.data_dir`` no longer exists (the run came from another
+    installation or machine), at the same place under ``data_dir_now``. Logs the move."""
+    config = upgrade_run_config(config)
+    before = str((config.get("paths") or {}).get("data_dir") or "").rstrip("/")
+    if not before or Path(before).is_dir():
+        return config
+    now = str(data_dir_now)
+    logger.warning("the run read its datasets under %s, which no longer exists; reading them under %s "
+                   "(paths.data_dir)", before, now)
+    return _map_dataset_paths({**config, "paths": {**config["paths"], "data_dir": now}},
+                              lambda p: now + p[len(before):] if p == before or p.startswith(before + "/") else p)
+
+
+__all__ = ["CONF_DIR", "DATA_DIR", "PACKAGE_DIR", "PROJECT_DIR", "REPO_ROOT", "SHIPPED", "data_dir", "register_resolver",
+           "relocate_data", "shipped", "shipped_config", "upgrade_run_config"]

@@ -52,10 +52,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from robustnlu.analysis.reproduction import Design, write
-from robustnlu.cli import REPO_ROOT, compose_run_config
+from robustnlu.cli import compose_run_config
 from robustnlu.errors import ConfigError, entry_point
 from robustnlu.hardware import cpu_model
 from robustnlu.io import atomic_write_json, atomic_write_with
+from robustnlu.paths import PROJECT_DIR
 from robustnlu.rundir import RunDir
 from robustnlu.scenario import Scenario
 
@@ -270,8 +271,8 @@ def report_main(argv: list[str]) -> int:
     """``python -m robustnlu.reproduce report``: docs/reproduction/report.md from the records."""
     parser = argparse.ArgumentParser(prog="python -m robustnlu.reproduce report",
                                      description="docs/reproduction/report.md and its figures, from the records alone")
-    parser.add_argument("--records", type=Path, default=REPO_ROOT / RECORDS, help=f"default: {RECORDS}")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / RECORDS.parent, help=f"default: {RECORDS.parent}")
+    parser.add_argument("--records", type=Path, default=PROJECT_DIR / RECORDS, help=f"default: {RECORDS}")
+    parser.add_argument("--out", type=Path, default=PROJECT_DIR / RECORDS.parent, help=f"default: {RECORDS.parent}")
     args = parser.parse_args(argv)
     import matplotlib
 
@@ -292,11 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit", action="store_true", help="git-commit each record as it lands")
     parser.add_argument("--only", nargs="*", default=None, help="run only these run names")
     parser.add_argument("--list", action="store_true", help="print the plan and what is recorded, then exit")
-    parser.add_argument("--records", type=Path, default=REPO_ROOT / RECORDS, help=f"default: {RECORDS}")
-    parser.add_argument("--runs", type=Path, default=REPO_ROOT / RUNS, help=f"default: {RUNS}")
+    parser.add_argument("--records", type=Path, default=PROJECT_DIR / RECORDS, help=f"default: {RECORDS}")
+    parser.add_argument("--runs", type=Path, default=PROJECT_DIR / RUNS, help=f"default: {RUNS}")
     parser.add_argument("overrides", nargs="*", help="more training overrides, after the budget's (tests: encoder=tiny)")
     args = parser.parse_args(argv)
-    repo = REPO_ROOT
+    repo = PROJECT_DIR
 
     def recorded(run: Run) -> bool:
         return RunDir(args.records / run.name).finished()

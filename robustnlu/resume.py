@@ -44,6 +44,7 @@ from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 from robustnlu.checkpoint import read_checkpoint
 from robustnlu.errors import DataError, ResumeError
 from robustnlu.io import atomic_write_json, atomic_write_text
+from robustnlu.paths import upgrade_run_config
 from robustnlu.rundir import LAST_CHECKPOINT, RunDir
 from robustnlu.sweep_jobs import NEUTRAL_SETTINGS, under
 
@@ -209,10 +210,14 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 def changed_settings(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """The settings (dotted keys) that differ between two resolved run configs, as (stored,
     current), leaving out `NEUTRAL_SETTINGS`; paths inside each run's own directory are compared
-    relative to it (a moved run directory is the same run)."""
+    relative to it (a moved run directory is the same run), and so are the dataset paths inside
+    each one's ``paths.data_dir`` (the same datasets from another installation: the same run; a
+    config from before that setting: `upgrade_run_config`)."""
     def leaves(config: dict[str, Any]) -> dict[str, Any]:
-        own = str((config.get("paths") or {}).get("output_dir") or "\0")
-        return {k: v.replace(own, "<run dir>") if isinstance(v, str) else v
+        config = upgrade_run_config(config)
+        paths = config.get("paths") or {}
+        own, data = str(paths.get("output_dir") or "\0"), str(paths.get("data_dir") or "\0")
+        return {k: v.replace(own, "<run dir>").replace(data, "<data dir>") if isinstance(v, str) else v
                 for k, v in flatten(config).items() if not under(k, NEUTRAL_SETTINGS)}
 
     a, b = leaves(stored), leaves(current)

@@ -193,9 +193,9 @@ def config_loader() -> Any:
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.utils import create_config_search_path
 
-    from robustnlu.paths import REPO_ROOT
+    from robustnlu.paths import CONF_DIR
 
-    return ConfigLoaderImpl(config_search_path=create_config_search_path(str(REPO_ROOT / "conf")))
+    return ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
 
 
 def read_sweep(path: str | Path) -> Sweep | None:

@@ -52,7 +52,7 @@ from robustnlu.metrics.registry import RUN_SUMMARY
 from robustnlu.model.encoders import build_encoder, load_tokenizer
 from robustnlu.module import SLUModule
 from robustnlu.noise.augment import augment_corpus
-from robustnlu.paths import repo_root
+from robustnlu.paths import data_dir
 from robustnlu.precision import resolve_precision
 from robustnlu.predict import Predictor
 from robustnlu.rundir import RunDir
@@ -157,9 +157,9 @@ def prepare(cfg: DictConfig) -> RunParts:
     vocabulary (``corpus(cfg, root)``), prepare the module and add callbacks
     (``attach(module, tokenizer, cfg)``) and add to results.json (``record()``)."""
     protocol = instantiate(cfg.efficiency, _convert_="all") if cfg.get("efficiency") else None
-    corpus, vocab = (protocol.corpus(cfg, repo_root(cfg)) if protocol
-                     else (load_corpus(cfg.dataset, repo_root(cfg)), None))
-    drift_split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir, repo_root(cfg) / SHIPPED_DIR)
+    corpus, vocab = (protocol.corpus(cfg, Path()) if protocol  # relative paths: from the current folder
+                     else (load_corpus(cfg.dataset), None))
+    drift_split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir, data_dir(cfg) / SHIPPED_DIR)
     corpus = drift_split.apply(corpus)
     trained_on, groups, augmentation = augment_corpus(corpus, drift_split.groups(), cfg.augment, cfg.seed)
     vocab = vocab if vocab is not None else trained_on.vocab()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from integration_helpers import CONF, compose_config
 from robustnlu.data.readers import load_corpus
-from robustnlu.cli import repo_root
+from robustnlu.paths import DATA_DIR
 
 PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 
@@ -29,7 +31,7 @@ def test_every_experiment_preset_composes_and_names_a_loadable_dataset(preset, t
     if drift:  # Table 7: n-grams up to 5 for TOP, 6 for SNIPS (and the others)
         assert cfg.drift.ngram_max == (5 if dataset == "top" else 6)
     folders = [cfg.dataset.path] if "path" in cfg.dataset else list(cfg.dataset.corpora.values())
-    assert folders and all((repo_root(cfg) / f).is_dir() for f in folders)
+    assert folders and all(Path(f).is_dir() and Path(f).parent == DATA_DIR for f in folders)
 
 
 def test_presets_cover_every_shipped_dataset_and_the_papers_drift_scenarios():
@@ -52,5 +54,5 @@ def test_trainer_callbacks_and_loggers_instantiate(tmp_path):
 
 def test_mit_preset_loads_with_seeded_valid(tmp_path):
     cfg = compose_config(["+experiment=mit"], tmp_path)
-    corpus = load_corpus(cfg.dataset, repo_root(cfg))
+    corpus = load_corpus(cfg.dataset)
     assert sum(len(corpus.split(s)) for s in ("train", "valid", "test")) == 21_399

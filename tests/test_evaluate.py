@@ -9,6 +9,7 @@ import json
 import shutil
 
 import pytest
+from omegaconf import OmegaConf
 from seqeval.metrics import f1_score
 
 from integration_helpers import FAST, REPO, compose_config, file_bytes, jsonl_overrides, run_cli, write_snips_sample_jsonl
@@ -167,3 +168,24 @@ def test_evaluate_on_a_device_that_is_no_device_writes_nothing(small_run, tmp_pa
     assert proc.returncode == 2
     assert proc.stderr == "error: device='bogus' is not a device: cpu, cuda, cuda:<index> or mps\n"
     assert file_bytes(run_dir) == before and not (tmp_path / "outputs").exists()
+
+
+def test_evaluate_reads_a_run_whose_data_folder_is_gone_under_paths_data_dir(small_run, tmp_path):
+    """A run brought from another installation or machine: its config.yaml names a data folder
+    that is not here; its datasets are read at the same place under this command's paths.data_dir."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(small_run, run_dir)
+    config = OmegaConf.load(run_dir / "config.yaml")
+    gone, here = tmp_path / "gone", tmp_path / "here"
+    (here / "mine").mkdir(parents=True)
+    for split in ("train", "valid", "test"):
+        shutil.copy(config.dataset[split], here / "mine" / f"{split}.jsonl")
+        config.dataset[split] = str(gone / "mine" / f"{split}.jsonl")
+    config.paths.data_dir = str(gone)
+    OmegaConf.save(config, run_dir / "config.yaml")
+    (ckpt,) = (run_dir / "checkpoints").glob("best-*.ckpt")
+    proc = run_cli([f"ckpt={ckpt}", "suite=[synthetic]", "~suite.synthetic.noise.synonym", f"paths.data_dir={here}"],
+                   cwd=tmp_path, module="robustnlu.evaluate")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"the run read its datasets under {gone}, which no longer exists; reading them under {here}" in proc.stdout + proc.stderr
+    assert "synthetic" in json.loads((run_dir / "robustness.json").read_text())["suites"]

@@ -6,7 +6,8 @@ the order). Parsed with `ast`, nothing is imported.
 The layers, bottom first (`LAYERS`; a module belongs to the layer of the longest name that
 matches it, its own or a package's):
 
-1. errors: the user errors every layer raises;
+1. errors: the user errors every layer raises; and the build step (_build: setuptools copies
+   conf/ and data/ into the wheel with it), which imports nothing of robustnlu's;
 2. the plumbing every layer may use: file writing (io), optional extras, numeric precision,
    the hardware a run trains on, checkpoint files, the repository's paths, run directories
    (rundir), the scenario value, the table writer and a sweep job's identity (sweep_jobs);
@@ -42,7 +43,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "robustnlu"
 
 #: bottom first; a name is a module or a package (then every module inside it)
 LAYERS: list[list[str]] = [
-    ["errors"],
+    ["errors", "_build"],
     ["io", "extras", "precision", "hardware", "checkpoint", "paths", "rundir", "runlock", "scenario", "tables",
      "sweep_jobs"],
     ["data", "metrics"],

@@ -113,9 +113,8 @@ def test_fit_resumes_from_last_checkpoint(sample, tmp_path):
     from robustnlu.data.datamodule import SLUDataModule
     from robustnlu.data.readers import load_corpus
     from robustnlu.model.encoders import load_tokenizer
-    from robustnlu.cli import repo_root
 
-    corpus = load_corpus(cfg2.dataset, repo_root(cfg2))
+    corpus = load_corpus(cfg2.dataset)
     dm = SLUDataModule(corpus, load_tokenizer(cfg2.encoder), corpus.vocab(), seed=0, **cfg2.data)
     trainer = build_trainer(cfg2)
     trainer.fit(module, datamodule=dm, ckpt_path=str(tmp_path / "checkpoints" / "last.ckpt"))

@@ -64,7 +64,8 @@ def schema(config_name: str) -> Node:
         return Node({"dataset": dataset(), "noise": noise(), "paths": paths(),
                      "splits": Seq(choice(*SPLITS), min_length=1), "out_dir": text(), "seed": seed})
     if config_name == "evaluate":  # python -m robustnlu.evaluate
-        return Node({"suite": suites(), "ckpt": text(), "device": text(), "batch_size": integer(AT_LEAST_1)},
+        return Node({"suite": suites(), "ckpt": text(), "device": text(), "batch_size": integer(AT_LEAST_1),
+                     "paths": paths(evaluate=True)},
                     optional=frozenset({"suite"}))
     raise KeyError(f"no config schema for {config_name!r}")
 

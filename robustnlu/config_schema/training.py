@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from robustnlu.config_schema.spec import (
     AT_LEAST_1, DROPOUT, NON_NEGATIVE, POSITIVE, AnyOf, Anything, MapOf, Node, Rule, Seq, Variants, arguments_of, by_target,
     choice, flag, instance, integer, number, text)
+from robustnlu.paths import DATA_DIR
 
 
 def encoder() -> Variants:
@@ -97,7 +99,17 @@ def loggers() -> MapOf:
     )))
 
 
-def paths() -> Node:
-    """conf/paths/default.yaml (``hpo_dir``: conf/hparams_search/base.yaml)."""
-    return Node({"root": text(null=True), "output_dir": text(), "cache_dir": text(), "hpo_dir": text()},
-                optional=frozenset({"hpo_dir"}))
+#: ``paths.data_dir`` must be a folder: a wrong one stops here, naming the setting, rather than
+#: at the first dataset file
+DATA_DIR_RULE = Rule("data_dir", lambda node, root: Path(node["data_dir"]).is_dir(),
+                     "no such folder; it is where the datasets are read (default: the datasets shipped with "
+                     f"robustnlu, {DATA_DIR})")
+
+
+def paths(evaluate: bool = False) -> Node:
+    """conf/paths/default.yaml (``hpo_dir``: conf/hparams_search/base.yaml); ``evaluate``: the
+    ``paths`` of conf/evaluate.yaml (``data_dir`` only)."""
+    if evaluate:
+        return Node({"data_dir": text()}, rules=(DATA_DIR_RULE,))
+    return Node({"data_dir": text(), "output_dir": text(), "cache_dir": text(), "hpo_dir": text()},
+                optional=frozenset({"hpo_dir"}), rules=(DATA_DIR_RULE,))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from robustnlu.cli import hydra_app, repo_root, run_or_exit
+from robustnlu.cli import hydra_app, run_or_exit
 from robustnlu.data.readers import load_corpus
 from robustnlu.data.utterance import SPLITS
 from robustnlu.io import atomic_write_json, atomic_write_jsonl, check_outputs, writing
@@ -20,7 +20,7 @@ from robustnlu.noise.base import noise_all
 
 
 def write_noised_dataset(cfg: DictConfig) -> dict:
-    corpus = load_corpus(cfg.dataset, repo_root(cfg))
+    corpus = load_corpus(cfg.dataset)
     out_dir = Path(cfg.out_dir)
     files = [*(out_dir / f"{split}.jsonl" for split in SPLITS), out_dir / "noise_stats.json"]
     check_outputs(files, corpus.files(), "out_dir")

@@ -120,7 +120,7 @@ def check_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if cfg.get("kind") != "released":
         raise ConfigError(f"{where}.kind must be 'released', got {cfg.get('kind')!r}")
     if not isinstance(cfg.get("path"), str) or not cfg["path"]:
-        raise ConfigError(f"{where}.path must be a folder relative to the repository root")
+        raise ConfigError(f"{where}.path must name the suite's folder (default: ${{paths.data_dir}}/noisy_nlu)")
     types = cfg.get("noise_types")
     if not isinstance(types, list) or not types or any(t not in FOLDER_NOISE for t in types):
         raise ConfigError(f"{where}.noise_types must be a non-empty list of {list(FOLDER_NOISE)}, got {types!r}")

@@ -1,7 +1,7 @@
 """Offline WordNet 3.0 for the synonym transform (paper 002, section 3 "Synonyms": candidates
 "via word net").
 
-The data ships in the repository as ``data/nltk_data/corpora/wordnet.zip`` (Debian's
+The data ships with robustnlu as ``data/nltk_data/corpora/wordnet.zip`` (Debian's
 ``wordnet-base`` + ``wordnet-sense-index``, see ``data/nltk_data/SOURCE.md``): no PyPI package
 ships WordNet and nothing may be downloaded at run time.
 
@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 
 from robustnlu.errors import DataError
-from robustnlu.paths import REPO_ROOT
+from robustnlu.paths import DATA_DIR
 
 ZIP_NAME = Path("corpora") / "wordnet.zip"
 
@@ -29,13 +29,13 @@ _LOCK = threading.Lock()
 
 
 def default_data_dir() -> Path:
-    """The repository's ``data/nltk_data``."""
-    return REPO_ROOT / "data" / "nltk_data"
+    """The shipped ``nltk_data`` (a checkout's ``data/nltk_data``)."""
+    return DATA_DIR / "nltk_data"
 
 
 def load_wordnet(data_dir: Path | None = None):
     """nltk's WordNet 3.0 reader over ``<data_dir>/corpora/wordnet.zip`` (default: the
-    repository's ``data/nltk_data``). Loading takes ~5 s; the reader is cached per process and
+    shipped ``data/nltk_data``, `default_data_dir`). Loading takes ~5 s; the reader is cached per process and
     per folder. Raises `DataError` when the zip is missing or unreadable."""
     root = Path(data_dir if data_dir is not None else default_data_dir()).expanduser().resolve()
     with _LOCK:
@@ -44,7 +44,7 @@ def load_wordnet(data_dir: Path | None = None):
         zip_path = root / ZIP_NAME
         if not zip_path.is_file():
             raise DataError(zip_path, None, "WordNet data not found (see data/nltk_data/SOURCE.md; "
-                            "the zip ships with the repository)")
+                            "the zip ships with robustnlu)")
         import nltk
         from nltk.corpus.reader.wordnet import WordNetCorpusReader
         from nltk.data import ZipFilePathPointer

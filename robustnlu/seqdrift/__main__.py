@@ -24,7 +24,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from robustnlu.cli import hydra_app, repo_root, run_or_exit
+from robustnlu.cli import hydra_app, run_or_exit
+from robustnlu.paths import data_dir
 from robustnlu.data.bio import slot_spans
 
 DEFAULT_INSPECT = 5
@@ -87,7 +88,7 @@ def verify_clustering(cfg: DictConfig) -> None:
     from robustnlu.seqdrift.shipped import SHIPPED_DIR
 
     preset = preset_of(cfg, f"{cfg.dataset.name}-{cfg.drift.kind}")
-    if not verify(preset, repo_root(cfg) / SHIPPED_DIR):
+    if not verify(preset, data_dir(cfg) / SHIPPED_DIR):
         raise SystemExit(1)
 
 
@@ -102,8 +103,8 @@ def run(cfg: DictConfig) -> None:
     if cfg.verify:
         verify_clustering(cfg)
         return
-    corpus = load_corpus(cfg.dataset, repo_root(cfg))
-    split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir, repo_root(cfg) / SHIPPED_DIR)
+    corpus = load_corpus(cfg.dataset)
+    split = make_drift_split(corpus, cfg.drift, cfg.validation, cfg.paths.cache_dir, data_dir(cfg) / SHIPPED_DIR)
     out_dir = Path(cfg.paths.output_dir)
     table = format_table(split.stats)
     write_split_files(out_dir, split)

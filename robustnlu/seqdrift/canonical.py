@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig
 
-from robustnlu.cli import REPO_ROOT, compose_run_config, repo_root
+from robustnlu.cli import compose_run_config
+from robustnlu.paths import DATA_DIR
 from robustnlu.data.readers import load_corpus
 from robustnlu.data.utterance import Corpus
 from robustnlu.errors import ConfigError, entry_point
@@ -66,7 +67,7 @@ class Preset:
 
 
 def preset_of(cfg: DictConfig, name: str = "") -> Preset:
-    corpus = load_corpus(cfg.dataset, repo_root(cfg))
+    corpus = load_corpus(cfg.dataset)
     split_cfg = SplitConfig.from_configs(cfg.drift, cfg.validation)
     return Preset(name, corpus, split_cfg, filter_utterances(corpus.all(), split_cfg))
 
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["check", "verify", "write"])
     parser.add_argument("names", nargs="*", help=f"default: all of {', '.join(CANONICAL)}")
     args = parser.parse_args(argv)
-    shipped_dir = REPO_ROOT / SHIPPED_DIR
+    shipped_dir = DATA_DIR / SHIPPED_DIR
 
     presets = [load_preset(name) for name in args.names or CANONICAL]
     if args.action == "write":

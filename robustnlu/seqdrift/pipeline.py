@@ -79,8 +79,8 @@ def resolve_clustering(utterances, cfg: SplitConfig, cache_dir: str | Path | Non
             return shipped
     if cfg.clusters == "shipped":
         raise ConfigError(
-            f"drift.clusters: no shipped clustering for this corpus and drift config ({SHIPPED_DIR}/"
-            f"{MANIFEST_FILE} lists them); drift.clusters=compute computes one"
+            f"drift.clusters: no shipped clustering for this corpus and drift config "
+            f"({Path(shipped_dir or SHIPPED_DIR) / MANIFEST_FILE} lists them); drift.clusters=compute computes one"
         )
     logger.info("computing the %s clustering (none shipped for this config; the result can depend on "
                 "the machine, README 'One benchmark for everyone')", cfg.kind)

@@ -35,7 +35,7 @@ from robustnlu.io import atomic_write_json, atomic_write_with
 from robustnlu.seqdrift.artifact import Clustering
 from robustnlu.seqdrift.entries import sha256_text
 
-SHIPPED_DIR = Path("data") / "seqdrift"  # relative to the repository root (paths.root)
+SHIPPED_DIR = Path("seqdrift")  # relative to the datasets' folder (paths.data_dir; robustnlu.paths.DATA_DIR)
 MANIFEST_FILE = "MANIFEST.json"
 FORMAT = "robustnlu-seqdrift-clusters/1"
 

@@ -7,10 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
-
 from robustnlu.data.readers import load_corpus
 from robustnlu.data.utterance import Corpus
+from robustnlu.paths import shipped_config
 
 
 @pytest.fixture(scope="session")
@@ -20,10 +19,11 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def dataset_config(repo_root: Path) -> Callable[[str], dict]:
-    """``dataset_config(name)``: ``conf/dataset/<name>.yaml`` as a fresh plain dict."""
+    """``dataset_config(name)``: ``conf/dataset/<name>.yaml`` as a fresh plain dict, its files
+    under the shipped data (`robustnlu.paths.shipped_config`)."""
 
     def config(name: str) -> dict:
-        return OmegaConf.to_container(OmegaConf.load(repo_root / "conf/dataset" / f"{name}.yaml"))
+        return shipped_config("dataset", name)
 
     return config
 

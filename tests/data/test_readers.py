@@ -156,11 +156,11 @@ def test_dataset_configs_compose_under_hydra(repo_root: Path) -> None:
     """Every conf/dataset/*.yaml is a `dataset=` option named like its file."""
     names = sorted(p.stem for p in (repo_root / "conf/dataset").glob("*.yaml"))
     assert names == sorted([*SHIPPED, "jsonl"])
-    with initialize_config_dir(str(repo_root / "conf/dataset"), version_base=None):
+    with initialize_config_dir(str(repo_root / "conf"), version_base="1.3"):
         for name in names:
-            cfg = compose(config_name=name)
+            cfg = compose(config_name="config", overrides=[f"dataset={name}"]).dataset
             assert cfg.name == name and cfg.format
-        snips = load_corpus(compose(config_name="snips"), repo_root)  # a DictConfig works too
+        snips = load_corpus(compose(config_name="config").dataset)  # a DictConfig works too
     assert len(snips.train) == 13_084
 
 

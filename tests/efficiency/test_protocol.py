@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from integration_helpers import FAST, REPO, cli_env, compose_config, file_bytes, jsonl_overrides, write_snips_sample_jsonl
 from robustnlu.config_schema import check_config
 from robustnlu.data.readers import load_corpus
+from robustnlu.paths import shipped_config
 from robustnlu.efficiency.subsets import efficiency_split, nested_subset
 from robustnlu.errors import ConfigError
 from robustnlu.train import prepare
@@ -34,7 +34,7 @@ def topv2_cut(tmp_path_factory):
 
 
 def dataset(folder: Path) -> dict:
-    cfg = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / "dataset" / "topv2_weather.yaml"))
+    cfg = shipped_config("dataset", "topv2_weather")
     return {**cfg, "path": str(folder)}
 
 

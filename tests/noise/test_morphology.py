@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from robustnlu.cli import REPO_ROOT
+from robustnlu.paths import REPO_ROOT
 from robustnlu.errors import ConfigError, RobustNLUError
 from robustnlu.noise.base import TARGET_TOKENS
 from robustnlu.noise.morphology import AUX_FORMS, SKIP_WORDS, Morphology

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from robustnlu.cli import REPO_ROOT
+from robustnlu.paths import REPO_ROOT
 from robustnlu.errors import ConfigError, RobustNLUError
 from robustnlu.noise.paraphrase import Paraphrase, fill, split_template
 from tests.noise.strategies import assert_noise_properties, slot_values, utt, utterances

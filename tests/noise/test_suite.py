@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
-
 from robustnlu.data.readers import load_corpus
 from robustnlu.data.readers.noisy_tsv import io_to_bio, read_noisy_tsv
 from robustnlu.data.utterance import Corpus, Utterance
@@ -20,6 +18,7 @@ from robustnlu.errors import ConfigError, DataError
 from robustnlu.data.bio import bio_problem, slot_spans
 from robustnlu.noise.base import replace_each, replace_tokens
 from robustnlu.noise.suite import NoisyPair, load_noisy_suite, normalise, slot_pairs
+from robustnlu.paths import DATA_DIR, shipped_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "data/noisy_nlu"
@@ -51,13 +50,16 @@ MALFORMED = {
 
 
 def suite_cfg(**overrides) -> dict:
-    cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf/suite/noisy_nlu.yaml"))
-    return {**cfg, **overrides}
+    """The shipped suite config with its folder relative, read from ``ROOT`` (the shipped config
+    names it under paths.data_dir, absolute): sources read as data/noisy_nlu/..."""
+    cfg = shipped_config("suite", "noisy_nlu")
+    assert cfg["path"] == str(DATA_DIR / "noisy_nlu")
+    return {**cfg, "path": "data/noisy_nlu", **overrides}
 
 
 @pytest.fixture(scope="module")
 def corpora() -> dict[str, Corpus]:
-    return {name: load_corpus(OmegaConf.load(ROOT / f"conf/dataset/{name}.yaml"), ROOT) for name in ("atis", "snips")}
+    return {name: load_corpus(shipped_config("dataset", name)) for name in ("atis", "snips")}
 
 
 @pytest.fixture(scope="module")

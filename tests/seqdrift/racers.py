@@ -8,9 +8,9 @@ import os
 import time
 from pathlib import Path
 
-from omegaconf import OmegaConf
 
 from robustnlu.data.readers import load_corpus
+from robustnlu.paths import shipped_config
 from robustnlu.io import atomic_write_text, compute_once
 from robustnlu.seqdrift import pipeline
 from robustnlu.seqdrift.pipeline import make_drift_split
@@ -47,7 +47,7 @@ def race_for_a_split(args) -> str:
         return real(utterances, cfg)
 
     pipeline.cluster_utterances = counted
-    corpus = load_corpus(OmegaConf.load(REPO / "conf/dataset/snips.yaml"), REPO)
+    corpus = load_corpus(shipped_config("dataset", "snips"))
     corpus.train, corpus.valid, corpus.test = (corpus.split(s)[::6] for s in ("train", "valid", "test"))
     drift = {"kind": "slot_context", "n_clusters": 20, "min_intent_freq": 30, "min_slot_freq": 10}
     return make_drift_split(corpus, drift, {"kind": "iid"}, cache).to_json()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 
 from integration_helpers import compose_config
-from robustnlu.cli import repo_root
 from robustnlu.data.readers import load_corpus
 from robustnlu.seqdrift.pipeline import make_drift_split
 
@@ -26,7 +25,7 @@ def cache(tmp_path_factory):
 
 def drift_split(dataset, kind, cache, overrides=()):
     cfg = compose_config([f"+experiment={dataset}_slot_{kind}", "validation=ood", *overrides], cache / "unused")
-    corpus = load_corpus(cfg.dataset, repo_root(cfg))
+    corpus = load_corpus(cfg.dataset)
     return make_drift_split(corpus, cfg.drift, cfg.validation, cache)
 
 

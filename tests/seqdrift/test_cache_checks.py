@@ -21,6 +21,7 @@ from robustnlu.errors import DataError
 from robustnlu.seqdrift.artifact import CLUSTERS_FILE, SPLIT_FILE, STATS_FILE, artifact_dir, clusters_dir
 from robustnlu.seqdrift.entries import SUMS_FILE
 from robustnlu.seqdrift.pipeline import make_drift_split
+from robustnlu.paths import DATA_DIR
 from robustnlu.seqdrift.shipped import MANIFEST_FILE, SHIPPED_DIR, manifest
 
 RECOMPUTING = "recomputing the cache entry"
@@ -145,7 +146,7 @@ def snips_full_iid():
     from robustnlu.seqdrift.canonical import compose_run_config
 
     cfg = compose_run_config(["+experiment=snips_slot_context"])
-    entry = next(e for e in manifest(REPO / SHIPPED_DIR).values() if e["name"] == "snips-slot_context")
+    entry = next(e for e in manifest(DATA_DIR / SHIPPED_DIR).values() if e["name"] == "snips-slot_context")
     return load_corpus(cfg.dataset, REPO), cfg, entry
 
 
@@ -153,14 +154,14 @@ def test_a_canonical_split_is_checked_against_the_manifest(snips_full_iid, tmp_p
     """Edited with its SHA256SUMS rewritten to match, a canonical split still differs from the
     sha256 MANIFEST.json records for its scenario: recomputed."""
     corpus, cfg, entry = snips_full_iid
-    split = make_drift_split(corpus, cfg.drift, cfg.validation, tmp_path, REPO / SHIPPED_DIR)
+    split = make_drift_split(corpus, cfg.drift, cfg.validation, tmp_path, DATA_DIR / SHIPPED_DIR)
     assert split.key == entry["split_keys"]["full-iid"]
     folder = artifact_dir(tmp_path, split.key)
     path = folder / SPLIT_FILE
     path.write_text(move_test_rows_to_train(path.read_text(), 100))
     resum(folder)
     with caplog.at_level(logging.INFO, logger="robustnlu"):
-        again = make_drift_split(corpus, cfg.drift, cfg.validation, tmp_path, REPO / SHIPPED_DIR)
+        again = make_drift_split(corpus, cfg.drift, cfg.validation, tmp_path, DATA_DIR / SHIPPED_DIR)
     (line,) = recomputations(caplog)
     assert f"{path}: its sha256 " in line and f"{MANIFEST_FILE} records for snips-slot_context full-iid" in line
     assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["splits"]["full-iid"]
@@ -173,7 +174,7 @@ def test_a_canonical_split_that_differs_from_the_manifest_is_refused(snips_full_
     into the canonical one, so the run stops, and nothing is cached."""
     corpus, cfg, entry = snips_full_iid
     shipped = tmp_path / "shipped"
-    shutil.copytree(REPO / SHIPPED_DIR, shipped)
+    shutil.copytree(DATA_DIR / SHIPPED_DIR, shipped)
     doc = json.loads((shipped / MANIFEST_FILE).read_text())
     wrong = "0" * 64
     next(e for e in doc["clusterings"] if e["name"] == "snips-slot_context")["splits"]["full-iid"] = wrong
@@ -210,19 +211,19 @@ def test_the_cli_recomputes_a_hand_edited_cached_split(tmp_path):
     assert table(again.stdout) == table(first.stdout) and "1,446" in table(again.stdout)  # the test split's size
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     assert sha == hashlib.sha256((tmp_path / "run2" / SPLIT_FILE).read_bytes()).hexdigest()
-    assert sha == next(e for e in manifest(REPO / SHIPPED_DIR).values() if e["name"] == "snips-slot_context")["splits"]["full-iid"]
+    assert sha == next(e for e in manifest(DATA_DIR / SHIPPED_DIR).values() if e["name"] == "snips-slot_context")["splits"]["full-iid"]
 
 
 def test_the_cli_refuses_a_canonical_split_that_differs_from_the_manifest(tmp_path):
-    root = tmp_path / "root"
-    (root / "data").mkdir(parents=True)
-    (root / "data" / "snips").symlink_to(REPO / "data" / "snips")
-    shutil.copytree(REPO / SHIPPED_DIR, root / SHIPPED_DIR)
-    path = root / SHIPPED_DIR / MANIFEST_FILE
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "snips").symlink_to(DATA_DIR / "snips")
+    shutil.copytree(DATA_DIR / SHIPPED_DIR, data / SHIPPED_DIR)
+    path = data / SHIPPED_DIR / MANIFEST_FILE
     doc = json.loads(path.read_text())
     next(e for e in doc["clusterings"] if e["name"] == "snips-slot_context")["splits"]["full-iid"] = "0" * 64
     path.write_text(json.dumps(doc))
-    proc = run_cli([*SNIPS, f"paths.root={root}", "paths.cache_dir=cache", f"hydra.run.dir={tmp_path / 'run'}"],
+    proc = run_cli([*SNIPS, f"paths.data_dir={data}", "paths.cache_dir=cache", f"hydra.run.dir={tmp_path / 'run'}"],
                    cwd=tmp_path, module="robustnlu.seqdrift")
     assert proc.returncode == 2, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]

@@ -22,9 +22,10 @@ from robustnlu.seqdrift import canonical, pipeline
 from robustnlu.seqdrift.kmeans import stable_kmeans, tie_aware_argmin
 from robustnlu.seqdrift.pipeline import make_drift_split
 from racers import race_for_a_split, race_for_an_entry
+from robustnlu.paths import DATA_DIR
 from robustnlu.seqdrift.shipped import SHIPPED_DIR, manifest
 
-SHIPPED = REPO / SHIPPED_DIR
+SHIPPED = DATA_DIR / SHIPPED_DIR
 SNIPS_CONTEXT = {"drift": "snips-slot_context"}
 
 

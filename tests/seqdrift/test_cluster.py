@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from omegaconf import OmegaConf
 from scipy.sparse.csgraph import laplacian
 from sklearn.cluster import k_means
 from sklearn.manifold import spectral_embedding as sklearn_spectral_embedding
@@ -21,6 +20,7 @@ from sklearn.metrics import adjusted_rand_score
 from sklearn.metrics.pairwise import cosine_similarity
 
 from robustnlu.data.readers import load_corpus
+from robustnlu.paths import shipped_config
 from robustnlu.data.utterance import Utterance
 from robustnlu.errors import ConfigError
 from robustnlu.seqdrift.cluster import spectral_clusters, spectral_embedding
@@ -32,8 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @cache
 def corpus(name: str) -> tuple[Utterance, ...]:
-    cfg = OmegaConf.to_container(OmegaConf.load(REPO / "conf/dataset" / f"{name}.yaml"))
-    return tuple(load_corpus(cfg, REPO).all())
+    return tuple(load_corpus(shipped_config("dataset", name)).all())
 
 
 def slot_context(utterances: list[Utterance] | tuple[Utterance, ...]) -> sp.csr_matrix:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
 from robustnlu.data.readers import load_corpus
+from robustnlu.paths import shipped_config
 from robustnlu.data.utterance import Utterance
 from robustnlu.errors import ConfigError
 from robustnlu.seqdrift.features import (
@@ -153,8 +153,7 @@ def test_empty_rows_flag_featureless_utterances() -> None:
 
 
 def test_atis_matrix_matches_a_set_based_recount() -> None:
-    corpus = load_corpus(OmegaConf.to_container(OmegaConf.load(REPO / "conf/dataset/atis.yaml")),
-                         REPO).all()
+    corpus = load_corpus(shipped_config("dataset", "atis")).all()
     top_n = 2_000
     f = build_features(corpus, "slot_context", 2, 6, top_n)
     per_utt = [slot_context_ngrams(u, 2, 6) for u in corpus]

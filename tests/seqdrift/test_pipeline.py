@@ -7,10 +7,10 @@ import json
 import logging
 
 import pytest
-from omegaconf import OmegaConf
 
 from integration_helpers import REPO, run_cli, write_snips_sample_jsonl
 from robustnlu.data.readers import load_corpus
+from robustnlu.paths import shipped_config
 from robustnlu.seqdrift.artifact import CLUSTERS_FILE, SPLIT_FILE, STATS_FILE, artifact_dir
 from robustnlu.seqdrift.entries import SUMS_FILE
 from robustnlu.seqdrift.pipeline import make_drift_split
@@ -91,7 +91,7 @@ def test_drift_none_is_the_dataset_split_without_cache(hand_corpus, spy_clusters
 @pytest.fixture(scope="module")
 def snips_sample():
     """Every 6th SNIPS utterance (2,414 of 14,484, all 7 intents)."""
-    corpus = load_corpus(OmegaConf.load(REPO / "conf/dataset/snips.yaml"), REPO)
+    corpus = load_corpus(shipped_config("dataset", "snips"))
     corpus.train, corpus.valid, corpus.test = (corpus.split(s)[::6] for s in ("train", "valid", "test"))
     return corpus
 

@@ -45,11 +45,12 @@ READERS: dict[str, FormatReader] = {
 }
 
 
-def load_corpus(dataset_cfg: Mapping[str, Any], root: Path) -> Corpus:
+def load_corpus(dataset_cfg: Mapping[str, Any], root: Path = Path()) -> Corpus:
     """Read the dataset described by ``dataset_cfg`` (a dict or the Hydra ``cfg.dataset``).
 
-    Relative paths in the config are resolved against ``root``, the repository root (where
-    ``data/`` lives). Every uid of the corpus is unique across its splits.
+    Relative paths in the config are read from ``root``, by default the current folder (where
+    the user runs the command; the shipped configs give their files under ``paths.data_dir``:
+    `robustnlu.paths`). Every uid of the corpus is unique across its splits.
     """
     cfg = dataset_cfg
     if isinstance(cfg, DictConfig):  # mandatory values (???) stay the string "???"
