@@ -123,8 +123,9 @@ def test_robustnlu_comes_from_the_wheel(installed):
 def test_the_console_command_prints_its_help(installed):
     proc = installed.run(installed.venv / "bin" / "robustnlu", "--help")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    groups = next(line for line in proc.stdout.splitlines() if line.startswith("dataset: "))
-    assert "snips" in groups and "jsonl" in groups
+    assert proc.stdout.startswith("python -m robustnlu: train JointBERT")  # the shipped help template
+    groups = next(line for line in proc.stdout.splitlines() if line.strip().startswith("dataset=snips"))
+    assert "atis" in groups and "jsonl" in groups
     assert "Traceback" not in proc.stderr
 
 
