@@ -29,7 +29,6 @@ import platform
 import re
 import subprocess
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -45,7 +44,7 @@ from robustnlu.config_schema import check_config
 from robustnlu.errors import ConfigError, RobustNLUError, report
 from robustnlu.io import atomic_write_json, atomic_write_text
 from robustnlu.paths import CONF_DIR
-from robustnlu.rundir import RunDir
+from robustnlu.rundir import RunDir, status_record
 from robustnlu.rundir_claim import claim, secondary_process, undo, unclaim
 
 T = TypeVar("T")
@@ -118,9 +117,7 @@ def record_failed_job(run_dir: Path, error: str, overrides: list[str], crash: Ba
             return
         if run.finished():
             return
-        record = {"state": "failed", "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
-                  "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-                  "error": (error.splitlines() or [""])[0], "overrides": overrides}
+        record = status_record("failed", error=(error.splitlines() or [""])[0], overrides=overrides)
         if crash is not None:
             record["traceback"] = run.traceback_file.name
         atomic_write_json(run.status_file, record)

@@ -29,7 +29,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from robustnlu.cli import hydra_app, run_or_exit
@@ -163,24 +162,12 @@ def read_run_config(run: RunDir, ckpt: Path) -> DictConfig:
     """The run's ``config.yaml`` (next to ``RUN/checkpoints/``); `DataError` naming it if it is
     missing, not a YAML mapping, cut short (no line break at its end: `robustnlu.train` writes
     one) or without one of `RUN_CONFIG_KEYS`."""
-    path = run.config_file
-    if not path.is_file():
-        raise DataError(path, None, f"no run config next to checkpoint {ckpt} (expected RUN/checkpoints/<file>.ckpt)")
-    try:
-        text = path.read_text(encoding="utf-8")
-        cfg = OmegaConf.create(text)
-    except (OSError, UnicodeDecodeError) as err:
-        raise DataError(path, None, f"cannot read: {err}") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        raise DataError(path, mark.line + 1 if mark else None, f"invalid YAML: {getattr(err, 'problem', err)}") from None
-    if not text.endswith("\n"):
-        raise DataError(path, text.count("\n") + 1, "no line break at the end of the last line: the file is cut short")
-    if not isinstance(cfg, DictConfig):
-        raise DataError(path, None, "not a run config: expected a YAML mapping")
+    if not run.config_file.is_file():
+        raise DataError(run.config_file, None, f"no run config next to checkpoint {ckpt} (expected RUN/checkpoints/<file>.ckpt)")
+    cfg = run.config()
     for key in RUN_CONFIG_KEYS:
         if OmegaConf.select(cfg, key, default=KeyError) is KeyError:
-            raise DataError(path, None, f"missing key {key!r}: not a whole run config (cut short?)")
+            raise DataError(run.config_file, None, f"missing key {key!r}: not a whole run config (cut short?)")
     return cfg
 
 

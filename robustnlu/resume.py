@@ -230,16 +230,14 @@ def check_settings(out_dir: Path, current: dict[str, Any], allowed: list[str]) -
     ``out_dir`` with settings other than those it was started with (its ``config.yaml``), except
     the keys under ``allowed`` (``+resume_override``); returns those that changed,
     ``{key: {"stored": ..., "now": ...}}``, for results.json."""
-    path = RunDir(out_dir).config_file
+    run = RunDir(out_dir)
+    if not run.config_file.is_file():
+        raise ResumeError(f"resume=true: {out_dir} has no {run.config_file.name} to tell which settings its run was "
+                          "started with; it cannot be continued (start it afresh in a new folder)")
     try:
-        stored = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    except FileNotFoundError:
-        raise ResumeError(f"resume=true: {out_dir} has no {path.name} to tell which settings its run was started with; "
-                          "it cannot be continued (start it afresh in a new folder)") from None
-    except Exception as err:  # OmegaConf's YAML errors
-        raise ResumeError(f"resume=true: {path}: unreadable ({type(err).__name__}); it cannot be continued") from None
-    if not isinstance(stored, dict):
-        raise ResumeError(f"resume=true: {path}: not a run's config; it cannot be continued")
+        stored = OmegaConf.to_container(run.config(), resolve=False)
+    except DataError as err:
+        raise ResumeError(f"resume=true: {err}; it cannot be continued") from None
     changed = changed_settings(stored, current)
     refused = {k: v for k, v in changed.items() if not under(k, allowed)}
     if refused:

@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import platform
+import time
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from omegaconf import DictConfig, OmegaConf
 
 from robustnlu.errors import DataError
 from robustnlu.sweep_jobs import job_hash, job_positions
@@ -48,6 +52,13 @@ LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
 RUN_SUBDIRS = frozenset({"checkpoints", "predictions", "csv", "wandb", ".hydra"})
 #: Keys every prediction row must have (`read_predictions`).
 PREDICTION_KEYS = ("uid", "gold_intent", "pred_intent", "gold_tags", "pred_tags")
+
+
+def status_record(state: str, **extra: Any) -> dict[str, Any]:
+    """What ``status.json`` holds: the state, when, and which process on which host (and Slurm
+    job) wrote it, with ``extra`` (the error, where a run resumed from, ...)."""
+    return {"state": state, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
+            "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **extra}
 
 
 def read_json_object(path: Path) -> dict[str, Any]:
@@ -146,6 +157,27 @@ class RunDir:
 
     def results(self) -> dict[str, Any]:
         return read_json_object(self.results_file)
+
+    def config(self) -> DictConfig:
+        """``config.yaml``, the run's resolved config; `DataError` naming it if it is missing,
+        unreadable, not a YAML mapping or cut short (no line break at its end: `robustnlu.train`
+        writes one)."""
+        path = self.config_file
+        if not path.is_file():
+            raise DataError(path, None, "no such run config")
+        try:
+            text = path.read_text(encoding="utf-8")
+            cfg = OmegaConf.create(text)
+        except (OSError, UnicodeDecodeError) as err:
+            raise DataError(path, None, f"cannot read: {err}") from None
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            raise DataError(path, mark.line + 1 if mark else None, f"invalid YAML: {getattr(err, 'problem', err)}") from None
+        if not text.endswith("\n"):
+            raise DataError(path, text.count("\n") + 1, "no line break at the end of the last line: the file is cut short")
+        if not isinstance(cfg, DictConfig):
+            raise DataError(path, None, "not a run config: expected a YAML mapping")
+        return cfg
 
     def status(self) -> dict[str, Any] | None:
         """``status.json``, None if there is none."""

@@ -46,6 +46,11 @@ def holder(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def mine(found: dict[str, Any] | None) -> bool:
+    """Whether a lock's content names this process."""
+    return bool(found) and found.get("pid") == os.getpid() and found.get("host") == socket.gethostname()
+
+
 def slurm_job() -> str | None:
     return os.environ.get("SLURM_JOB_ID")
 
@@ -78,7 +83,7 @@ def acquire(path: Path) -> None:
             if not found and age_s <= UNREADABLE_S:
                 time.sleep(0.1)  # being written by the process that just took it
                 continue
-            if found.get("pid") == os.getpid() and found.get("host") == socket.gethostname():
+            if mine(found):
                 return
             if not stale(found, age_s):
                 raise ConfigError(f"{path} is in use by process {found.get('pid')} on {found.get('host')} "
@@ -96,6 +101,5 @@ def acquire(path: Path) -> None:
 
 def release(path: Path) -> None:
     """Remove ``<path>/run.lock`` if this process holds it."""
-    found = holder(path)
-    if found and found.get("pid") == os.getpid() and found.get("host") == socket.gethostname():
+    if mine(holder(path)):
         (Path(path) / LOCK_NAME).unlink(missing_ok=True)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import platform
 import sys
 import time
@@ -55,7 +54,7 @@ from robustnlu.noise.augment import augment_corpus
 from robustnlu.paths import data_dir
 from robustnlu.precision import resolve_precision
 from robustnlu.predict import Predictor
-from robustnlu.rundir import RunDir
+from robustnlu.rundir import RunDir, status_record
 from robustnlu.rundir_claim import unclaim
 from robustnlu.scenario import Scenario
 from robustnlu.resume import (ResumableCSVLogger, ResumePoint, check_settings, discard_last_checkpoint, record_wandb_run,
@@ -199,8 +198,7 @@ def write_status(out_dir: Path, state: str, **extra: Any) -> None:
     too full for the atomic write's new file, in place (the old file's blocks are reused)."""
     if rank_zero_only.rank != 0:
         return
-    status = {"state": state, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
-              "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **extra}
+    status = status_record(state, **extra)
     path = RunDir(out_dir).status_file
     try:
         atomic_write_json(path, status)
