@@ -51,6 +51,10 @@ from robustnlu.sweep_jobs import NEUTRAL_SETTINGS, under
 WANDB_RECORD = "wandb.json"
 #: a setting absent from one of the two configs
 ABSENT = "<absent>"
+#: the checkpoint callback a run config names, as its current equal: Lightning's `ModelCheckpoint`,
+#: which runs before `RelocatableModelCheckpoint` named, saves the same checkpoints and state
+SAME_CHECKPOINTING = {f"{package}.callbacks.ModelCheckpoint": "robustnlu.resume.RelocatableModelCheckpoint"
+                      for package in ("pytorch_lightning", "lightning.pytorch")}
 
 
 class LastCheckpoint(Checkpoint):
@@ -212,12 +216,14 @@ def changed_settings(stored: dict[str, Any], current: dict[str, Any]) -> dict[st
     current), leaving out `NEUTRAL_SETTINGS`; paths inside each run's own directory are compared
     relative to it (a moved run directory is the same run), and so are the dataset paths inside
     each one's ``paths.data_dir`` (the same datasets from another installation: the same run; a
-    config from before that setting: `upgrade_run_config`)."""
+    config from before that setting: `upgrade_run_config`), and a checkpoint callback's class as
+    its current equal (`SAME_CHECKPOINTING`)."""
     def leaves(config: dict[str, Any]) -> dict[str, Any]:
         config = upgrade_run_config(config)
         paths = config.get("paths") or {}
         own, data = str(paths.get("output_dir") or "\0"), str(paths.get("data_dir") or "\0")
-        return {k: v.replace(own, "<run dir>").replace(data, "<data dir>") if isinstance(v, str) else v
+        return {k: SAME_CHECKPOINTING.get(v, v) if k.endswith("._target_")
+                else v.replace(own, "<run dir>").replace(data, "<data dir>") if isinstance(v, str) else v
                 for k, v in flatten(config).items() if not under(k, NEUTRAL_SETTINGS)}
 
     a, b = leaves(stored), leaves(current)
@@ -252,7 +258,12 @@ class RelocatableModelCheckpoint(ModelCheckpoint):
     """Lightning's `ModelCheckpoint`, which also restores the best model's score and path when the
     run directory was moved since the checkpoint was saved (Lightning's restores only the stale
     path then, so the first epoch after the resume became "best" whatever its score): the paths
-    under the checkpoint's folder are read as under the new one."""
+    under the checkpoint's folder are read as under the new one. Its state is stored under
+    Lightning's key (`state_key`), so that a checkpoint saved with either class resumes into the
+    other with its best score."""
+
+    def _generate_state_key(self, **kwargs: Any) -> str:
+        return f"{ModelCheckpoint.__qualname__}{kwargs!r}"
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         before, now = state_dict.get("dirpath"), self.dirpath
