@@ -192,6 +192,28 @@ def test_a_moved_run_resumes_to_the_uninterrupted_result(sample, killed_run, fin
         assert b["metrics"][split] == pytest.approx(a["metrics"][split], rel=1e-6, abs=1e-9)
 
 
+def test_a_run_checkpointed_by_lightnings_model_checkpoint_resumes_with_its_best_score(sample, finished_run, tmp_path):
+    """Runs started before `RelocatableModelCheckpoint` named Lightning's class in config.yaml and
+    stored its state under Lightning's key: resumed today, the class switch is no changed setting
+    and the state is restored (else Lightning warns that the checkpoint's callback is missing and
+    the first epoch after the resume becomes "best" whatever its score)."""
+    run_dir = tmp_path / "run"
+    lightning_class = "callbacks.model_checkpoint._target_=pytorch_lightning.callbacks.ModelCheckpoint"
+    proc = run_cli(small(sample, tmp_path, run_dir, lightning_class, "+callbacks.kill._target_=integration_helpers.KillAtStep",
+                         "+callbacks.kill.step=4"), cwd=tmp_path)
+    assert proc.returncode < 0 and (run_dir / "checkpoints" / "last.ckpt").is_file(), proc.stderr[-3000:]
+    proc = run_cli(small(sample, tmp_path, run_dir, "resume=true", "+resume_override=[callbacks.kill]"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "callbacks used to create the checkpoint need to be provided" not in proc.stderr
+    a, b = (json.loads((d / "results.json").read_text()) for d in (finished_run, run_dir))
+    assert b["resume_overrides"] == {"callbacks.kill._target_": {"stored": "integration_helpers.KillAtStep",
+                                                                 "now": "<absent>"},
+                                     "callbacks.kill.step": {"stored": 4, "now": "<absent>"}}
+    assert b["best_checkpoint"] == a["best_checkpoint"]
+    for split in ("valid", "test"):
+        assert b["metrics"][split] == pytest.approx(a["metrics"][split], rel=1e-6, abs=1e-9)
+
+
 # --------------------------------------------------------------------------- one process per folder
 
 
