@@ -92,7 +92,7 @@ K_SEARCH_SCENARIO = Scenario("snips", "slot_context", False, "iid")
 
 
 @dataclass(frozen=True)
-class Run:
+class PlannedRun:
     """One training run of the study: scenario, method (with its k for the TopK methods), seed."""
 
     scenario: Scenario
@@ -128,8 +128,8 @@ def scenarios(dataset: str, full_only: bool = False) -> list[Scenario]:
             for validation in ("iid", "ood")]
 
 
-def k_search_runs() -> list[Run]:
-    return [Run(K_SEARCH_SCENARIO, method, 0, k, part="k") for method in K_METHODS for k in K_GRID]
+def k_search_runs() -> list[PlannedRun]:
+    return [PlannedRun(K_SEARCH_SCENARIO, method, 0, k, part="k") for method in K_METHODS for k in K_GRID]
 
 
 def chosen_k(records: Path, method: str) -> int | None:
@@ -146,24 +146,24 @@ def chosen_k(records: Path, method: str) -> int | None:
     return min(scores, key=lambda k: (-scores[k], k))
 
 
-def parts(records: Path) -> tuple[list[Run], list[Run], list[Run], list[Run], list[Run], list[Run]]:
+def parts(records: Path) -> tuple[list[PlannedRun], ...]:
     """Part A, the k search, Part B (a TopK method's runs with k None while its k is not chosen),
     Part C, Part D and Part E (likewise)."""
-    part_a = [Run(s, "erm", seed) for seed in SEEDS for d in ("snips", "atis") for s in scenarios(d)]
+    part_a = [PlannedRun(s, "erm", seed) for seed in SEEDS for d in ("snips", "atis") for s in scenarios(d)]
     ks = {method: chosen_k(records, method) for method in K_METHODS}  # each reads the k search's records
-    part_b = [Run(s, method, seed, ks[method], part="B") for seed in SEEDS for method in K_METHODS
+    part_b = [PlannedRun(s, method, seed, ks[method], part="B") for seed in SEEDS for method in K_METHODS
               for s in scenarios("snips", full_only=True)]
-    part_c = [Run(s, method, seed, part="C") for seed in SEEDS for method in C_METHODS
+    part_c = [PlannedRun(s, method, seed, part="C") for seed in SEEDS for method in C_METHODS
               for s in scenarios("snips", full_only=True)]
-    part_d = [Run(K_SEARCH_SCENARIO, method, 0, ks.get(method), part="D", plateau=True) for method in D_METHODS]
+    part_d = [PlannedRun(K_SEARCH_SCENARIO, method, 0, ks.get(method), part="D", plateau=True) for method in D_METHODS]
     # Part D's scenario first: its one missing run makes it a complete comparison
     e_scenarios = sorted(scenarios("snips", full_only=True), key=lambda s: s != K_SEARCH_SCENARIO)
-    part_e = [Run(s, method, seed, ks.get(method), part="E", plateau=True) for seed in SEEDS
+    part_e = [PlannedRun(s, method, seed, ks.get(method), part="E", plateau=True) for seed in SEEDS
               for s in e_scenarios for method in E_METHODS]
     return part_a, k_search_runs(), part_b, part_c, part_d, part_e
 
 
-def plan(records: Path) -> list[Run]:
+def plan(records: Path) -> list[PlannedRun]:
     """Every run of the study in the order they are run (the first comparisons first)."""
     part_a, k_runs, part_b, part_c, part_d, part_e = parts(records)
     snips_full = [r for r in part_a if r.scenario.dataset == "snips" and not r.scenario.partial]
@@ -190,7 +190,7 @@ def gzip_copy(src: Path, dst: Path) -> None:
     atomic_write_with(dst, lambda f: f.write(data))
 
 
-def write_record(run: Run, run_dir: Path, record: Path, command: list[str], wall_s: float) -> None:
+def write_record(run: PlannedRun, run_dir: Path, record: Path, command: list[str], wall_s: float) -> None:
     """The compact record of a finished run; ``results.json`` last (a record with it is complete)."""
     run_files = RunDir(run_dir)
     for split in ("valid", "test"):
@@ -217,13 +217,13 @@ def commit(repo: Path, record: Path, message: str) -> bool:
     return False
 
 
-def training_overrides(run: Run, extra: list[str]) -> list[str]:
+def training_overrides(run: PlannedRun, extra: list[str]) -> list[str]:
     """What ``python -m robustnlu`` gets for ``run``: its scenario and method, the budget, the user's
     ``extra`` overrides (the run directory and ``resume=true`` come on top)."""
     return [*run.overrides(), *run.budget(), *QUIET, *extra]
 
 
-def check_overrides(runs: list[Run], extra: list[str]) -> None:
+def check_overrides(runs: list[PlannedRun], extra: list[str]) -> None:
     """Compose and check every run's config before the first trains: a bad override fails the
     plan once, with its `ConfigError` line, instead of every run of it hours apart."""
     for run in runs:
@@ -233,7 +233,7 @@ def check_overrides(runs: list[Run], extra: list[str]) -> None:
             raise ConfigError(f"{run.name}: {err}") from None
 
 
-def train(run: Run, repo: Path, records: Path, runs: Path, extra: list[str], do_commit: bool) -> bool:
+def train(run: PlannedRun, repo: Path, records: Path, runs: Path, extra: list[str], do_commit: bool) -> bool:
     run_dir = runs / run.name
     record = records / run.name
     command = [sys.executable, "-m", "robustnlu", *training_overrides(run, extra),
@@ -299,10 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     repo = PROJECT_DIR
 
-    def recorded(run: Run) -> bool:
+    def recorded(run: PlannedRun) -> bool:
         return RunDir(args.records / run.name).finished()
 
-    def selected() -> list[Run]:  # anew after each run: a finished k search releases Part B
+    def selected() -> list[PlannedRun]:  # anew after each run: a finished k search releases Part B
         return [r for r in plan(args.records) if args.only is None or r.name in args.only]
 
     if args.only is not None:

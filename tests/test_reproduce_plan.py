@@ -8,7 +8,7 @@ import json
 import pytest
 
 from robustnlu import reproduce
-from robustnlu.reproduce import K_GRID, K_SEARCH_SCENARIO, Run, chosen_k, k_search_runs, parts, plan
+from robustnlu.reproduce import K_GRID, K_SEARCH_SCENARIO, PlannedRun, chosen_k, k_search_runs, parts, plan
 
 
 def record(records, name: str, valid_combined: float = 0.5) -> None:
@@ -44,7 +44,7 @@ def test_part_e_comes_after_the_study_part_d_s_scenario_first_and_before_part_c(
     assert seeds == sorted(seeds)  # seed 0's comparison complete before seed 1's first run
     part_e = parts(tmp_path)[5]
     assert all(r.plateau for r in part_e) and not any(r.plateau for r in parts(tmp_path)[2])
-    assert set(Run(K_SEARCH_SCENARIO, "erm", 0, plateau=True).budget()) >= set(reproduce.PLATEAU_BUDGET)
+    assert set(PlannedRun(K_SEARCH_SCENARIO, "erm", 0, plateau=True).budget()) >= set(reproduce.PLATEAU_BUDGET)
 
 
 def test_list_marks_as_recorded_exactly_the_runs_of_the_records_folder_it_is_given(tmp_path, capsys):

@@ -113,7 +113,7 @@ class ControlIndex:
         return cls(corpus, exact, reordered)
 
 
-def check_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def checked_suite_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The suite config as a plain dict, every key checked."""
     cfg = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     where = "suite.noisy_nlu"
@@ -301,7 +301,7 @@ def load_noisy_suite(cfg: Mapping[str, Any], root: Path, corpora: Mapping[str, C
     """One `NoisyPair` per released file of the datasets in ``corpora`` (``atis`` / ``snips``;
     other names are ignored) and the configured noise types. Malformed rows are skipped and
     reported, or raise DataError (``on_malformed: error``)."""
-    cfg = check_config(cfg)
+    cfg = checked_suite_config(cfg)
     pairs = []
     for dataset, folders in DATASET_FOLDERS.items():
         if dataset not in corpora:
