@@ -13,7 +13,8 @@ Validation and test run on every process over the whole split (no distributed sa
 the metrics are the single-device ones without any gathering.
 
 Before a run writes anything, `check_launch` refuses what this machine cannot start: an
-accelerator it does not have (``trainer.accelerator=gpu`` without CUDA), and several devices
+accelerator it does not have (``trainer.accelerator=gpu`` without CUDA), GPU devices on the CPU
+(``trainer.devices=-1``), and several devices
 per run under ``-m``: Lightning starts the extra processes of a plain ``python -m robustnlu`` by
 re-executing its command line, so each would run the whole sweep (and Optuna would sample other
 trials), unless the launcher is Slurm with one task per device (then Slurm starts the
@@ -131,10 +132,28 @@ def check_accelerator(accelerator: str) -> None:
                           f"use trainer.accelerator=cpu, or auto (got {accelerator})")
 
 
+def on_cpu(accelerator: str) -> bool:
+    """Whether ``trainer.accelerator`` trains on the CPU here (``auto`` without CUDA or MPS)."""
+    return accelerator == "cpu" or (accelerator == "auto" and not (CUDAAccelerator.is_available()
+                                                                   or MPSAccelerator.is_available()))
+
+
+def check_cpu_devices(accelerator: str, devices: Any) -> None:
+    """On the CPU, ``trainer.devices`` counts processes: a number > 0 or ``auto`` (one); ``-1``
+    (every GPU) and lists of device ids name devices the CPU does not have."""
+    count = devices if isinstance(devices, int) else int(devices) if str(devices).isdigit() else None
+    if on_cpu(accelerator) and devices != "auto" and not (count is not None and count > 0):
+        raise ConfigError(f"trainer.devices: on the CPU (trainer.accelerator={accelerator}) it is a number of processes "
+                          f"> 0 or auto; -1 and lists of ids name GPUs (got {devices!r})")
+
+
 def check_launch(trainer_cfg: Mapping[str, Any], multirun: bool, launcher: Mapping[str, Any] | None) -> None:
-    """Refuse an accelerator this machine does not have (`check_accelerator`), and several
-    devices per run under ``-m`` unless Slurm starts one task per device."""
-    check_accelerator(str(trainer_cfg.get("accelerator", "auto")))
+    """Refuse an accelerator this machine does not have (`check_accelerator`), GPU devices on the
+    CPU (`check_cpu_devices`), and several devices per run under ``-m`` unless Slurm starts one
+    task per device."""
+    accelerator = str(trainer_cfg.get("accelerator", "auto"))
+    check_accelerator(accelerator)
+    check_cpu_devices(accelerator, trainer_cfg.get("devices", 1))
     devices = processes_per_node(trainer_cfg.get("devices", 1))
     if not multirun or devices == 1:
         return

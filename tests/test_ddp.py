@@ -132,6 +132,40 @@ def test_a_gpu_run_without_a_gpu_is_one_line_exit_2_and_leaves_nothing(tmp_path)
     assert list(tmp_path.iterdir()) == []  # no run directory, no Hydra log
 
 
+#: (trainer.accelerator, whether a CUDA device is there, trainer.devices, whether a run may start)
+CPU_DEVICES = [
+    ("cpu", False, 2, True), ("cpu", False, "2", True), ("cpu", False, "auto", True), ("auto", False, 1, True),
+    ("cpu", False, -1, False), ("cpu", False, "-1", False), ("auto", False, -1, False), ("cpu", False, [0, 1], False),
+    ("cpu", False, "0,1", False), ("cpu", True, -1, False),  # the CPU asked for: a GPU beside it changes nothing
+    ("auto", True, -1, True), ("auto", True, [0], True),  # auto with CUDA: GPU devices
+]
+
+
+@pytest.mark.parametrize(("accelerator", "cuda", "devices", "starts"), CPU_DEVICES)
+def test_gpu_devices_on_the_cpu_are_refused_before_the_run(accelerator, cuda, devices, starts, monkeypatch):
+    """CUDA stood in for by Lightning's availability query, as above."""
+    monkeypatch.setattr(CUDAAccelerator, "is_available", staticmethod(lambda: cuda))
+    monkeypatch.setattr(MPSAccelerator, "is_available", staticmethod(lambda: False))
+    trainer = {"accelerator": accelerator, "devices": devices}
+    if starts:
+        check_launch(trainer, multirun=False, launcher=BASIC)
+        return
+    with pytest.raises(ConfigError) as err:
+        check_launch(trainer, multirun=False, launcher=BASIC)
+    assert str(err.value) == (f"trainer.devices: on the CPU (trainer.accelerator={accelerator}) it is a number of "
+                              f"processes > 0 or auto; -1 and lists of ids name GPUs (got {devices!r})")
+
+
+def test_every_gpu_on_a_cpu_run_is_one_line_exit_2_and_leaves_nothing(tmp_path):
+    proc = run_cli(["encoder=tiny", "trainer.devices=-1", f"hydra.run.dir={tmp_path}/outputs/run"], cwd=tmp_path,
+                   env={"CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert [line for line in proc.stderr.splitlines() if line.strip()] == [
+        "error: trainer.devices: on the CPU (trainer.accelerator=auto) it is a number of processes > 0 or auto; "
+        "-1 and lists of ids name GPUs (got -1)"]
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory):
     return write_snips_sample_jsonl(tmp_path_factory.mktemp("snips"), n_train=600, n_eval=60)
