@@ -2,29 +2,76 @@
 crash or a bad input never leaves a half-written result behind; `check_outputs` refuses, before
 any work, an output path that would overwrite one of a command's inputs or cannot be written;
 `compute_once` makes concurrent processes (a Slurm array on a shared filesystem) compute a
-cached result once."""
+cached result once. And the one way input data is opened, compressed or not: `data_file`,
+`open_data`, `read_data`."""
 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import logging
+import lzma
 import os
 import socket
 import tempfile
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import IO, Any, BinaryIO, TypeVar
 
-from robustnlu.errors import ConfigError
+from robustnlu.errors import ConfigError, DataError
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 UMASK = os.umask(0)  # read once (os.umask can only be read by setting it) and restored at once
 os.umask(UMASK)
+
+
+#: a data file whose name ends in one of these is decompressed as it is read (`open_data`)
+DECOMPRESSING_OPENERS: dict[str, Callable[..., IO]] = {".xz": lzma.open, ".gz": gzip.open}
+#: what reading a compressed file raises when it is corrupt or cut short (BadGzipFile is an OSError)
+CORRUPT_STREAM = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)
+
+
+def data_file(path: str | Path) -> Path:
+    """The file that holds the data named ``path``: ``path`` itself where it exists, else the
+    first of ``<path>.xz``, ``<path>.gz`` that exists, else ``path`` (whose reading then reports
+    it missing). A config names a data file by its uncompressed name (``train.tsv``); the shipped
+    corpora are ``train.tsv.xz``, and an uncompressed copy of the user's beside it is read instead."""
+    path = Path(path)
+    if path.exists():
+        return path
+    for suffix in DECOMPRESSING_OPENERS:
+        compressed = path.with_name(path.name + suffix)
+        if compressed.is_file():
+            return compressed
+    return path
+
+
+def open_data(path: str | Path, mode: str = "rb", encoding: str | None = None) -> IO:
+    """``path`` opened for reading (``mode`` ``rb``, or ``rt`` with ``encoding``), decompressed on
+    the fly when its name ends in ``.xz`` or ``.gz`` (`DECOMPRESSING_OPENERS`); reading a corrupt or
+    cut-short one raises one of `CORRUPT_STREAM`."""
+    path = Path(path)
+    return DECOMPRESSING_OPENERS.get(path.suffix, open)(path, mode, encoding=encoding)
+
+
+def read_data(path: str | Path) -> bytes:
+    """The bytes of the data file ``path``, decompressed (`open_data`). `DataError` naming the
+    file when it is missing or unreadable, or compressed and corrupt or cut short."""
+    try:
+        with open_data(path) as file:
+            return file.read()
+    except FileNotFoundError:
+        raise DataError(path, None, "file not found") from None
+    except CORRUPT_STREAM as err:
+        raise DataError(path, None, f"cannot decompress (corrupt or cut short?): {err}") from None
+    except OSError as err:
+        raise DataError(path, None, f"cannot read file: {err.strerror or err}") from None
 
 
 def same_path(a: str | Path, b: str | Path) -> bool:

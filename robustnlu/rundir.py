@@ -22,12 +22,10 @@ A training run's directory (Hydra's runtime output dir, `robustnlu.train`) holds
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import platform
 import time
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +35,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from robustnlu.errors import DataError
+from robustnlu.io import CORRUPT_STREAM, data_file, open_data
 from robustnlu.sweep_jobs import job_hash, job_positions
 
 RESULTS = "results.json"
@@ -192,10 +191,9 @@ class RunDir:
         return self.path / self.results()["best_checkpoint"]
 
     def predictions_file(self, split: str = "test") -> Path:
-        """``predictions/<split>.jsonl``, or a record's ``<split>.jsonl.gz`` when only that exists."""
-        plain = self.path / "predictions" / f"{split}.jsonl"
-        compressed = plain.with_name(plain.name + ".gz")
-        return compressed if compressed.is_file() and not plain.is_file() else plain
+        """``predictions/<split>.jsonl``, or a record's ``<split>.jsonl.gz`` when only that exists
+        (`robustnlu.io.data_file`)."""
+        return data_file(self.path / "predictions" / f"{split}.jsonl")
 
     def predictions(self, split: str = "test") -> list[dict[str, Any]]:
         """The rows of `predictions_file` (`read_predictions`); `DataError` if there is none."""
@@ -206,16 +204,15 @@ class RunDir:
 
 
 def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """The lines of a text file (``.gz``: gzip-compressed), numbered from 1; `DataError` naming the
-    file if it cannot be read to its end (a gzip stream cut short or corrupt, bytes that are not
-    UTF-8), with the last line read."""
-    opener = gzip.open if path.suffix == ".gz" else open
+    """The lines of a text file (``.gz``, ``.xz``: decompressed, `robustnlu.io.open_data`),
+    numbered from 1; `DataError` naming the file if it cannot be read to its end (a compressed
+    stream cut short or corrupt, bytes that are not UTF-8), with the last line read."""
     lineno = 0
     try:
-        with opener(path, "rt", encoding="utf-8") as handle:
+        with open_data(path, "rt", encoding="utf-8") as handle:
             for lineno, line in enumerate(handle, start=1):
                 yield lineno, line
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as err:
+    except (OSError, *CORRUPT_STREAM, UnicodeDecodeError) as err:
         raise DataError(path, None, f"cannot be read past line {lineno} (cut short or corrupt?): "
                                     f"{type(err).__name__}: {err}") from None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import signal
 import subprocess
@@ -53,15 +54,18 @@ def compose_config(overrides: list[str], output_dir: Path):
     return cfg
 
 
+def shipped_lines(name: str) -> list[str]:
+    """The lines of the shipped data file ``data/<name>``, which ships as ``data/<name>.xz``:
+    decompressed with the standard library, not with robustnlu's readers."""
+    return lzma.decompress((REPO / "data" / f"{name}.xz").read_bytes()).decode("utf-8").splitlines()
+
+
 def write_snips_sample_jsonl(folder: Path, n_train: int = 240, n_eval: int = 60) -> dict[str, Path]:
     """A small jsonl dataset cut from the shipped SNIPS files (read directly, not via our reader)."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}
     for split, src, n in (("train", "train", n_train), ("valid", "dev", n_eval), ("test", "test", n_eval)):
-        base = REPO / "data" / "snips" / src
-        words = (base / "seq.in").read_text().splitlines()
-        tags = (base / "seq.out").read_text().splitlines()
-        intents = (base / "label").read_text().splitlines()
+        words, tags, intents = (shipped_lines(f"snips/{src}/{file}") for file in ("seq.in", "seq.out", "label"))
         step = max(1, len(words) // n)  # every step-th row: all intents represented
         rows = [
             {"tokens": w.split(), "tags": t.split(), "intent": i, "uid": f"s-{split}-{k}"}

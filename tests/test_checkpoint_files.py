@@ -11,7 +11,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from integration_helpers import FAST, REPO, compose_config, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from integration_helpers import FAST, compose_config, jsonl_overrides, run_cli, shipped_lines, write_snips_sample_jsonl
 from robustnlu.checkpoint import CHECKPOINT_FORMAT, FORMAT_KEY
 from robustnlu.predict import main as predict_main
 from robustnlu.train import build_trainer, prepare
@@ -108,7 +108,7 @@ def test_cli_evaluate_and_init_from(checkpoint, tmp_path):
     topv2.mkdir()
     for domain in ("weather", "alarm"):
         for split, n in (("train", 40), ("eval", 10), ("test", 10)):
-            lines = (REPO / "data" / "topv2" / f"{domain}_{split}.tsv").read_text().splitlines()
+            lines = shipped_lines(f"topv2/{domain}_{split}.tsv")
             (topv2 / f"{domain}_{split}.tsv").write_text("\n".join(lines[: n + 1]) + "\n")
     truncated = write_foreign("truncated", tmp_path / "source.ckpt", checkpoint)
     run_dir = tmp_path / "adapt"

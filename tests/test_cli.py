@@ -4,6 +4,7 @@ code != 0, no traceback and no output; secrets never reach the run directory."""
 from __future__ import annotations
 
 import json
+import lzma
 import subprocess
 import sys
 from pathlib import Path
@@ -110,6 +111,24 @@ def test_malformed_input_in_every_format(tmp_path, kind):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {bad_file}:{line}: "), last
     assert needle.lower() in last.lower()
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_a_corrupt_compressed_dataset_file_is_one_error_line(tmp_path):
+    """The shipped corpora are .xz (read where a config names the uncompressed file): a damaged
+    one stops the run with one line naming it, exit 2, no output."""
+    overrides, train = _top_dataset(tmp_path / "data", "[IN:PLAY_MUSIC play [SL:ARTIST adele ] ]")
+    for path in sorted(train.parent.iterdir()):
+        path.with_name(path.name + ".xz").write_bytes(lzma.compress(path.read_bytes()))
+        path.unlink()
+    bad = train.with_name("train.tsv.xz")
+    bad.write_bytes(bad.read_bytes()[:-24])
+    proc = run_cli([*FAST, *overrides, f"hydra.run.dir={tmp_path / 'outputs' / 'run'}"], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {bad}: cannot decompress (corrupt or cut short?): Compressed file ended before the "
+                      "end-of-stream marker was reached"], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "outputs").exists()
 

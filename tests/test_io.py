@@ -1,8 +1,11 @@
 """Atomic output (robustnlu/io.py): all or nothing, with the permissions of a plain open; outputs that
-would overwrite an input, or cannot be written, refused before any work."""
+would overwrite an input, or cannot be written, refused before any work. Input data read the same
+compressed or not (`data_file`, `read_data`, `open_data`)."""
 
 from __future__ import annotations
 
+import gzip
+import lzma
 import os
 import re
 import stat
@@ -10,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from robustnlu.errors import ConfigError
-from robustnlu.io import atomic_write_json, atomic_write_text, check_outputs, same_path
+from robustnlu.errors import ConfigError, DataError
+from robustnlu.io import atomic_write_json, atomic_write_text, check_outputs, data_file, open_data, read_data, same_path
 
 
 def test_an_atomic_write_gets_the_permissions_of_a_plain_open(tmp_path):
@@ -76,3 +79,44 @@ def test_same_path_compares_files_and_paths_not_yet_written(tmp_path):
     assert same_path(tmp_path / "a", tmp_path / "." / "a")
     assert same_path(tmp_path / "new" / ".." / "b", tmp_path / "b")  # neither exists: the resolved paths
     assert not same_path(tmp_path / "a", tmp_path / "b")
+
+
+TEXT = "".join(f"play song {i}\tPlayMusic\n" for i in range(500))
+
+
+def test_a_data_file_is_the_named_file_else_its_xz_else_its_gz(tmp_path):
+    named = tmp_path / "train.tsv"
+    assert data_file(named) == named  # nothing there: the name, whose reading says it is missing
+    (tmp_path / "train.tsv.gz").write_bytes(gzip.compress(b"gz"))
+    assert data_file(named) == tmp_path / "train.tsv.gz"
+    (tmp_path / "train.tsv.xz").write_bytes(lzma.compress(b"xz"))
+    assert data_file(named) == tmp_path / "train.tsv.xz"
+    named.write_text("plain")
+    assert data_file(named) == named and data_file(str(named)) == named
+    assert data_file(tmp_path / "train.tsv.xz") == tmp_path / "train.tsv.xz"  # named with its suffix: as is
+
+
+@pytest.mark.parametrize(("suffix", "compress"), [("", bytes), (".xz", lzma.compress), (".gz", gzip.compress)])
+def test_read_data_and_open_data_decompress_by_suffix(tmp_path, suffix, compress):
+    path = tmp_path / f"train.tsv{suffix}"
+    path.write_bytes(compress(TEXT.encode()))
+    assert read_data(path) == TEXT.encode()
+    with open_data(path, "rt", encoding="utf-8") as handle:
+        assert list(handle) == TEXT.splitlines(keepends=True)
+
+
+@pytest.mark.parametrize("suffix", [".xz", ".gz"])
+def test_a_corrupt_cut_short_or_missing_data_file_is_a_data_error_naming_it(tmp_path, suffix):
+    compress = {".xz": lzma.compress, ".gz": gzip.compress}[suffix]
+    path = tmp_path / f"train.tsv{suffix}"
+    path.write_bytes(compress(TEXT.encode())[:-30])  # cut short
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: cannot decompress \(corrupt or cut short\?\): "):
+        read_data(path)
+    path.write_bytes(b"plain text under a compressed name\n")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: cannot decompress"):
+        read_data(path)
+    path.unlink()
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: file not found$"):
+        read_data(path)
+    with pytest.raises(DataError, match=rf"^{re.escape(str(tmp_path))}: cannot read file: "):
+        read_data(tmp_path)  # a folder

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from integration_helpers import FAST, REPO, SMALL_DRIFT, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from integration_helpers import FAST, REPO, SMALL_DRIFT, jsonl_overrides, run_cli, shipped_lines, write_snips_sample_jsonl
 
 PINNED = REPO / "tests" / "pinned" / "runs.json"
 METHODS = sorted(p.stem for p in (REPO / "conf" / "method").glob("*.yaml"))
@@ -60,7 +60,7 @@ def adapt_protocol(tmp: Path) -> dict:
     folder.mkdir()
     for domain in TOPV2_DOMAINS:
         for split, n in (("train", 160), ("eval", 40), ("test", 60)):
-            lines = (REPO / "data" / "topv2" / f"{domain}_{split}.tsv").read_text().splitlines()
+            lines = shipped_lines(f"topv2/{domain}_{split}.tsv")
             (folder / f"{domain}_{split}.tsv").write_text("\n".join(lines[: n + 1]) + "\n")
     sweep = tmp / "efficiency"
     proc = run_cli(["--mode", "adapt", "--percents", "25", "--seeds", "0", "target=weather",

@@ -3,7 +3,9 @@ one test per kind of malformed input (each must name the file, the line and the 
 
 from __future__ import annotations
 
+import gzip
 import json
+import lzma
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,8 +35,10 @@ def split_sizes(corpus: Corpus) -> tuple[int, int, int]:
 
 
 def count_non_nested(path: Path, header: bool) -> int:
-    """Independent of the reader: data rows whose tree (last column) has exactly one "[IN:"."""
-    rows = path.read_text(encoding="utf-8").rstrip("\n").split("\n")[1 if header else 0 :]
+    """Independent of the reader: data rows of ``path`` (shipped as ``<path>.xz``, decompressed
+    with the standard library) whose tree (last column) has exactly one "[IN:"."""
+    text = lzma.decompress(path.with_name(path.name + ".xz").read_bytes()).decode("utf-8")
+    rows = text.rstrip("\n").split("\n")[1 if header else 0 :]
     return sum(row.split("\t")[-1].count("[IN:") == 1 for row in rows)
 
 
@@ -344,6 +348,79 @@ def test_jsonl_without_valid_carves_seeded_dev(tmp_path: Path) -> None:
     carved = {u.uid for u in corpus.train} | {u.uid for u in corpus.valid}
     assert carved == {f"mine-train-{i:05d}" for i in range(8)}
     assert [u.uid for u in load_corpus(config, tmp_path).valid] == [u.uid for u in corpus.valid]
+
+
+def compress_every_file(root: Path, suffix: str) -> None:
+    """Replace each file under ``root`` by ``<name><suffix>`` (``.xz`` or ``.gz``), as data ships."""
+    compress = {".xz": lzma.compress, ".gz": gzip.compress}[suffix]
+    for path in [p for p in root.rglob("*") if p.is_file()]:
+        path.with_name(path.name + suffix).write_bytes(compress(path.read_bytes()))
+        path.unlink()
+
+
+def utterances(corpus: Corpus) -> list[tuple]:
+    return [(s, u.uid, u.tokens, u.tags, u.intent, u.domain) for s in ("train", "valid", "test") for u in corpus.split(s)]
+
+
+def write_each_format(fmt: str, root: Path) -> dict:
+    """A small dataset of format ``fmt`` under ``root`` (every split 2+ rows); returns its config."""
+    if fmt == "bio_lines":
+        write_bio_lines(root, GOOD_BIO_ROWS)
+        return bio_lines_config()
+    if fmt == "top_tree":
+        write_top(root, [top_row(GOOD_TREE)] * 2)
+        return top_config()
+    if fmt == "conll_bio":
+        write_conll(root)
+        return conll_config()
+    return write_jsonl(root, [jsonl_record(0), jsonl_record(1)], [jsonl_record(2)] * 2, [jsonl_record(3)] * 2)
+
+
+@pytest.mark.parametrize("suffix", [".xz", ".gz"])
+@pytest.mark.parametrize("fmt", ["bio_lines", "top_tree", "conll_bio", "jsonl"])
+def test_compressed_files_read_as_the_files_they_hold(tmp_path: Path, fmt: str, suffix: str) -> None:
+    """The config names ``train.tsv``; only ``train.tsv.xz`` (or ``.gz``) is there: the same
+    utterances and uids, each read from (its source naming) the compressed file."""
+    plain, packed = tmp_path / "plain", tmp_path / "packed"
+    for root in (plain, packed):
+        root.mkdir()
+        config = write_each_format(fmt, root)
+    compress_every_file(packed, suffix)
+    expected, corpus = load_corpus(config, plain), load_corpus(config, packed)
+    assert utterances(corpus) == utterances(expected) and len(corpus.all()) >= 6
+    assert all(f.name.endswith(suffix) and f.is_file() for f in corpus.files())
+    assert {f.relative_to(packed).with_suffix("") for f in corpus.files()} == {f.relative_to(plain) for f in expected.files()}
+
+
+def test_an_uncompressed_file_beside_the_compressed_one_is_read(tmp_path: Path) -> None:
+    """The user's own ``train.tsv`` wins over a shipped ``train.tsv.xz`` (data_file's order)."""
+    train = write_top(tmp_path, [top_row(GOOD_TREE)] * 3)
+    compress_every_file(tmp_path / "top", ".xz")
+    assert len(load_corpus(top_config(), tmp_path).train) == 3
+    train.write_text(top_row(GOOD_TREE) + "\n")
+    corpus = load_corpus(top_config(), tmp_path)
+    assert len(corpus.train) == 1 and corpus.train[0].source == f"{train}:1"
+    assert len(corpus.test) == 3 and corpus.test[0].source.endswith("test.tsv.xz:1")
+
+
+def test_error_in_a_compressed_file_names_it_and_the_decompressed_line(tmp_path: Path) -> None:
+    train = write_top(tmp_path, [top_row(GOOD_TREE), "only\ttwo columns"])
+    compress_every_file(tmp_path / "top", ".xz")
+    with raises_data_error(train.with_name("train.tsv.xz"), 2, "expected 3 tab-separated columns"):
+        load_corpus(top_config(), tmp_path)
+
+
+@pytest.mark.parametrize("suffix", [".xz", ".gz"])
+def test_error_corrupt_or_cut_short_compressed_file(tmp_path: Path, suffix: str) -> None:
+    toy = write_bio_lines(tmp_path, GOOD_BIO_ROWS * 50)
+    compress_every_file(toy, suffix)
+    cut = toy / "dev" / f"label{suffix}"
+    cut.write_bytes(cut.read_bytes()[:-20])
+    with raises_data_error(cut, None, "cannot decompress (corrupt or cut short?)"):
+        load_corpus(bio_lines_config(), tmp_path)
+    cut.write_bytes(b"not compressed at all\n")
+    with raises_data_error(cut, None, "cannot decompress (corrupt or cut short?)"):
+        load_corpus(bio_lines_config(), tmp_path)
 
 
 # --- malformed input: one test per kind -------------------------------------------------------

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from integration_helpers import FAST, REPO, cli_env, compose_config, file_bytes, jsonl_overrides, write_snips_sample_jsonl
+from integration_helpers import (FAST, REPO, cli_env, compose_config, file_bytes, jsonl_overrides, shipped_lines,
+                                 write_snips_sample_jsonl)
 from robustnlu.config_schema import check_config
 from robustnlu.data.readers import load_corpus
 from robustnlu.paths import shipped_config
@@ -28,7 +29,7 @@ def topv2_cut(tmp_path_factory):
     folder = tmp_path_factory.mktemp("topv2")
     for domain in DOMAINS:
         for split, n in (("train", 160), ("eval", 40), ("test", 60)):
-            lines = (REPO / "data" / "topv2" / f"{domain}_{split}.tsv").read_text().splitlines()
+            lines = shipped_lines(f"topv2/{domain}_{split}.tsv")
             (folder / f"{domain}_{split}.tsv").write_text("\n".join(lines[: n + 1]) + "\n")
     return folder
 

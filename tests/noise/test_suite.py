@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
+import lzma
 import re
 from pathlib import Path
 
@@ -70,15 +71,21 @@ def pairs(corpora: dict[str, Corpus]) -> dict[tuple[str, str], NoisyPair]:
 # --- the shipped files -------------------------------------------------------------------------
 
 
+def shipped_text(name: str) -> str:
+    """``data/noisy_nlu/<name>``, shipped as ``<name>.xz``: decompressed with the standard library."""
+    return lzma.decompress((SUITE / f"{name}.xz").read_bytes()).decode("utf-8")
+
+
 def test_row_counts_match_source_table(pairs: dict[tuple[str, str], NoisyPair]) -> None:
-    files = sorted(SUITE.glob("*/*/treatment_test.tsv"))
-    assert len(files) == 13
+    files = sorted(SUITE.glob("*/*/treatment_test.tsv.xz"))
+    assert len(files) == 13 and not list(SUITE.glob("*/*/treatment_test.tsv"))
     for path in files:
         dataset, folder = path.parts[-3:-1]
-        lines = path.read_text(encoding="utf-8").rstrip("\n").split("\n")
+        lines = shipped_text(f"{dataset}/{folder}/treatment_test.tsv").rstrip("\n").split("\n")
         assert lines[0] == HEADER
         assert len(lines) - 1 == SOURCE_ROWS[(dataset, folder)], path
-    assert {p.source for p in pairs.values()} == {str(f.relative_to(ROOT)) for f in files}
+    # a pair's source is the name the config gives, without the .xz it ships with
+    assert {p.source for p in pairs.values()} == {str(f.relative_to(ROOT).with_suffix("")) for f in files}
     for pair in pairs.values():
         dataset, folder = pair.source.split("/")[2:4]
         assert pair.report["rows_read"] == SOURCE_ROWS[(dataset, folder)]
@@ -88,7 +95,7 @@ def test_sha256_match_source_md() -> None:
     listed = re.findall(r"^([0-9a-f]{64})  \./(\S+)$", (SUITE / "SOURCE.md").read_text(encoding="utf-8"), re.M)
     assert len(listed) == 13
     for digest, name in listed:
-        assert hashlib.sha256((SUITE / name).read_bytes()).hexdigest() == digest, name
+        assert hashlib.sha256(shipped_text(name).encode("utf-8")).hexdigest() == digest, name
     assert (SUITE / "LICENSE").is_file()
 
 

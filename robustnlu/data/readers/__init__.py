@@ -7,6 +7,13 @@ One module per on-disk format, chosen by ``dataset.format``:
 - ``conll_bio`` (MIT Movie + MIT Restaurant): `robustnlu.data.readers.conll_bio`
 - ``jsonl`` (the user's own data): `robustnlu.data.readers.jsonl`
 
+Compressed files: a config names each file by its uncompressed name (``train.tsv``,
+``seq.in``); a reader reads that file where it exists, else ``<name>.xz``, else ``<name>.gz``,
+decompressed (`robustnlu.io.data_file`, `robustnlu.data.readers.common.read_lines`). The shipped
+corpora are ``.xz`` (data/README.md); a user's uncompressed file, or one named with its
+``.xz``/``.gz`` suffix, is read as well. Uids come from the configured name, so they are the
+same either way; errors name the file read (``train.tsv.xz:12``: line 12 of the decompressed text).
+
 Malformed input raises `DataError` (``file:line: problem``); a bad config raises `ConfigError`.
 Readers only read.
 """

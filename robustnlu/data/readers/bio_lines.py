@@ -22,6 +22,7 @@ from robustnlu.data.readers.common import (
 )
 from robustnlu.data.utterance import Utterance
 from robustnlu.errors import DataError
+from robustnlu.io import data_file
 
 FILES = ("seq.in", "seq.out", "label")
 
@@ -38,7 +39,7 @@ def read_bio_lines(cfg: Mapping[str, Any], root: Path) -> SplitRows:
 
 def read_folder(folder: Path, dataset: str, source: str) -> list[Row]:
     """One split folder; uids are ``<dataset>-<source>-<line index>``."""
-    seq_in, seq_out, label = (folder / f for f in FILES)
+    seq_in, seq_out, label = (data_file(folder / f) for f in FILES)
     token_lines, tag_lines, intents = (read_lines(p) for p in (seq_in, seq_out, label))
     for path, lines in ((seq_out, tag_lines), (label, intents)):
         if len(lines) != len(token_lines):

@@ -14,6 +14,7 @@ from typing import Any
 from robustnlu.data.bio import bio_problem
 from robustnlu.data.utterance import SPLITS, Utterance
 from robustnlu.errors import ConfigError, DataError
+from robustnlu.io import read_data
 
 _MISSING = "???"  # OmegaConf's mandatory-value marker, kept as a string by to_container
 _NOT_A_SPACE = re.compile(r"[^\S ]")  # whitespace other than the plain space
@@ -38,15 +39,11 @@ FormatReader = Callable[[Mapping[str, Any], Path], SplitRows]
 
 def read_lines(path: Path) -> list[str]:
     """The lines of ``path`` (without line ends; a final newline adds no line), decoded strictly
-    as UTF-8 (a leading BOM is dropped). Raises DataError for a missing, unreadable, non-UTF-8
-    or empty file."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise DataError(path, None, "file not found") from None
-    except OSError as err:
-        raise DataError(path, None, f"cannot read file: {err.strerror}") from None
-    data = data.removeprefix(_UTF8_BOM)
+    as UTF-8 (a leading BOM is dropped); a ``.xz`` or ``.gz`` file is decompressed first
+    (`robustnlu.io.read_data`), and its line numbers count the decompressed lines. Raises
+    DataError for a missing, unreadable, corrupt, non-UTF-8 or empty file. A reader finds the
+    file a config names with `robustnlu.io.data_file` (``train.tsv``, else ``train.tsv.xz``...)."""
+    data = read_data(path).removeprefix(_UTF8_BOM)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:

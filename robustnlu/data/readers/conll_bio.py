@@ -24,6 +24,7 @@ from robustnlu.data.readers.common import (
 from robustnlu.data.bio import bio_violation
 from robustnlu.data.utterance import Utterance
 from robustnlu.errors import ConfigError, DataError
+from robustnlu.io import data_file
 
 
 def read_conll_bio(cfg: Mapping[str, Any], root: Path) -> SplitRows:
@@ -44,8 +45,10 @@ def read_conll_bio(cfg: Mapping[str, Any], root: Path) -> SplitRows:
 
 
 def read_conll_file(path: Path, dataset: str, source: str, corpus: str) -> list[Row]:
-    """One file's sentences; uids are ``<dataset>-<source>-<sentence index>``. An error names
-    the line of the offending token, not the first line of its sentence."""
+    """The sentences of the file ``path`` (`data_file`: or its compressed copy); uids are
+    ``<dataset>-<source>-<sentence index>``. An error names the line of the offending token, not
+    the first line of its sentence."""
+    path = data_file(path)
     rows: list[Row] = []
     tokens: list[str] = []
     tags: list[str] = []

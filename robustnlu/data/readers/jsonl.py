@@ -25,6 +25,7 @@ from robustnlu.data.readers.common import (
 )
 from robustnlu.data.utterance import Utterance
 from robustnlu.errors import DataError
+from robustnlu.io import data_file
 
 
 def read_jsonl(cfg: Mapping[str, Any], root: Path) -> SplitRows:
@@ -42,7 +43,9 @@ def read_jsonl(cfg: Mapping[str, Any], root: Path) -> SplitRows:
 
 
 def read_jsonl_file(path: Path, dataset: str, split: str) -> list[Row]:
-    """One file's utterances; a missing uid becomes ``<dataset>-<split>-<0-based line index>``."""
+    """The utterances of the file ``path`` (`data_file`: or its compressed copy); a missing uid
+    becomes ``<dataset>-<split>-<0-based line index>``."""
+    path = data_file(path)
     rows = []
     for index, text in enumerate(read_lines(path)):
         if text.strip():

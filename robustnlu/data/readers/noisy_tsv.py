@@ -21,6 +21,7 @@ from typing import NamedTuple
 from robustnlu.data.readers.common import read_lines, tag_problem, whitespace_problem
 from robustnlu.data.utterance import Utterance
 from robustnlu.errors import DataError
+from robustnlu.io import data_file
 
 COLUMNS = ("u_id", "utterance", "bot_id", "slot-labels", "intent")
 
@@ -67,9 +68,10 @@ def row_problem(cells: Sequence[str], tokens: Sequence[str], tags: Sequence[str]
 
 
 def read_noisy_tsv(path: Path, uid_prefix: str) -> tuple[list[NoisyRow], list[DataError]]:
-    """The readable rows of ``path`` (uid ``<uid_prefix>/<line>``, domain None) and one
-    `DataError` per malformed row, both in file order. Raises DataError for a missing,
-    non-UTF-8 or empty file or a wrong header."""
+    """The readable rows of the file ``path`` (`data_file`: or its compressed copy; uid
+    ``<uid_prefix>/<line>``, domain None) and one `DataError` per malformed row, both in file
+    order. Raises DataError for a missing, non-UTF-8 or empty file or a wrong header."""
+    path = data_file(path)
     lines = read_lines(path)
     header = tuple(lines[0].split("\t"))
     if header != COLUMNS:

@@ -27,6 +27,7 @@ from robustnlu.data.readers.common import (
 )
 from robustnlu.data.utterance import Utterance
 from robustnlu.errors import ConfigError, DataError
+from robustnlu.io import data_file
 
 logger = logging.getLogger(__name__)
 
@@ -117,9 +118,10 @@ class TreeFileLayout:
     header: list[str] | None  # the header row's column names, checked; None: no header row
     domain: str | None
 
-    def read(self, path: Path) -> list[Row]:
-        """Rows of the non-nested trees of one file; uids count every data row (header
-        excluded), so skipped nested rows leave gaps."""
+    def read(self, name: Path) -> list[Row]:
+        """Rows of the non-nested trees of the file ``name`` (`data_file`: or its compressed
+        copy); uids count every data row (header excluded), so skipped nested rows leave gaps."""
+        path = data_file(name)
         lines = read_lines(path)
         first = 1 if self.header else 0
         if self.header and lines[0].split("\t") != self.header:
@@ -130,7 +132,7 @@ class TreeFileLayout:
         rows = []
         for index, text in enumerate(lines[first:]):
             line = first + index + 1
-            uid = make_uid(self.dataset, path.stem, index)
+            uid = make_uid(self.dataset, name.stem, index)
             if utterance := self.parse_row(path, line, text, uid):
                 rows.append(Row(utterance, path, line))
         n_rows = len(lines) - first
