@@ -33,7 +33,7 @@ What the report computes, each with the function that does it:
 - hyper-parameters, budget, hardware and wall times (``results.json`` config, ``meta.json``).
 
 The records are read by `robustnlu.analysis.records`, the tables computed and rendered by
-`robustnlu.analysis.reproduction_tables`, the figures drawn by `robustnlu.analysis.figures`;
+`robustnlu.analysis.reproduction_tables`, the figures drawn by `robustnlu.analysis.reproduction_figures`;
 this module writes the report.
 
 Everything is iterated in sorted order and no clock is read: the same records give the same
@@ -48,8 +48,9 @@ from pathlib import Path
 from typing import Any
 
 from robustnlu.analysis import paper_results as paper
-from robustnlu.analysis.figures import atomic_save_figure, plot_significance, plot_table10, plot_valid_curves
+from robustnlu.analysis.figures import atomic_save_figure
 from robustnlu.analysis.records import Design, Records, read_records
+from robustnlu.analysis.reproduction_figures import plot_significance, plot_table10, plot_valid_curves
 from robustnlu.analysis.reproduction_tables import (
     budgets_markdown,
     disclosures_markdown,
