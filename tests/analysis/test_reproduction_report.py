@@ -78,7 +78,7 @@ def _metrics(rows: list[dict], shift: float) -> dict[str, float]:
 GPU = {"accelerator": "cuda", "name": "NVIDIA H100 80GB HBM3", "processes": 1}
 
 
-def make_record(records: Path, run: reproduce.Run, part: str) -> None:
+def make_record(records: Path, run: reproduce.PlannedRun, part: str) -> None:
     curve = PLATEAU_CURVE if run.plateau else EPOCH_CURVE
     base = json.loads((FIXTURE / "results.json").read_text())
     record = records / run.name
@@ -124,13 +124,13 @@ def records(tmp_path_factory) -> Path:
         make_record(root, run, "k")
     for seed in reproduce.SEEDS:
         for scenario in A_SCENARIOS:
-            make_record(root, reproduce.Run(Scenario(*scenario), "erm", seed), "A")
+            make_record(root, reproduce.PlannedRun(Scenario(*scenario), "erm", seed), "A")
         for scenario in B_SCENARIOS:
             for method in ("topk", "topk_group"):
-                run = reproduce.Run(Scenario(*scenario), method, seed, CHOSEN[method], part="B")
+                run = reproduce.PlannedRun(Scenario(*scenario), method, seed, CHOSEN[method], part="B")
                 if not (root / run.name).exists():  # the k-search run it equals
                     make_record(root, run, "B")
-            make_record(root, reproduce.Run(Scenario(*scenario), "group_dro", seed, part="C"), "C")
+            make_record(root, reproduce.PlannedRun(Scenario(*scenario), "group_dro", seed, part="C"), "C")
     for method in ("erm", "topk_group"):  # Part D: TopK-AE's run not recorded
         make_record(root, plateau_run(method), "D")
     return root
@@ -159,8 +159,8 @@ def section(text: str, title: str) -> str:
     return text.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
 
 
-def plateau_run(method: str) -> reproduce.Run:
-    return reproduce.Run(reproduce.K_SEARCH_SCENARIO, method, 0, CHOSEN.get(method), part="D", plateau=True)
+def plateau_run(method: str) -> reproduce.PlannedRun:
+    return reproduce.PlannedRun(reproduce.K_SEARCH_SCENARIO, method, 0, CHOSEN.get(method), part="D", plateau=True)
 
 
 def test_the_report_regenerates_byte_for_byte(records, report, tmp_path):
@@ -188,7 +188,7 @@ def test_table10_is_ermss_mean_test_minus_valid(records, report):
     text = section((report / "report.md").read_text(), "Q1")
     for dataset, kind, partial, _ in A_SCENARIOS:
         amount = "partial" if partial else "full"
-        names = [reproduce.Run(Scenario(dataset, kind, partial, v), "erm", s).name for v in ("iid", "ood") for s in (0, 1)]
+        names = [reproduce.PlannedRun(Scenario(dataset, kind, partial, v), "erm", s).name for v in ("iid", "ood") for s in (0, 1)]
         runs = [results(records, n) for n in names if (records / n).exists()]
         row = table_row(text, dataset, kind, amount)
         assert row[3] == str(len(runs))
@@ -212,7 +212,7 @@ def test_tables_11_12_recomputed_from_the_records(records, report, method):
     text = section((report / "report.md").read_text(), "Q4")
     per_scenario = {}
     for scenario in B_SCENARIOS:
-        names = {s: reproduce.Run(Scenario(*scenario), method, s, CHOSEN.get(method)).name for s in reproduce.SEEDS}
+        names = {s: reproduce.PlannedRun(Scenario(*scenario), method, s, CHOSEN.get(method)).name for s in reproduce.SEEDS}
         names = {s: n for s, n in names.items() if (records / n).exists()}
         if names:
             per_scenario[scenario] = names
@@ -225,14 +225,14 @@ def test_tables_11_12_recomputed_from_the_records(records, report, method):
         mine, erm = [], []
         for scenario, names in per_scenario.items():
             mine.append(np.mean([100 * results(records, n)["metrics"]["test"][key] for n in names.values()]))
-            erm_names = [reproduce.Run(Scenario(*scenario), "erm", s).name for s in names]  # the same seeds
+            erm_names = [reproduce.PlannedRun(Scenario(*scenario), "erm", s).name for s in names]  # the same seeds
             erm.append(np.mean([100 * results(records, n)["metrics"]["test"][key] for n in erm_names]))
         assert row[column] == f"{np.mean(mine):.2f}"
         assert row[column + 1] == f"{100 * (np.mean(mine) - np.mean(erm)) / np.mean(erm):+.2f}"
     for scenario, names in per_scenario.items():
-        tests = [_significant(records, n, reproduce.Run(Scenario(*scenario), "erm", s).name) for s, n in names.items()]
+        tests = [_significant(records, n, reproduce.PlannedRun(Scenario(*scenario), "erm", s).name) for s, n in names.items()]
         change = (np.mean([results(records, n)["metrics"]["test"]["combined"] for n in names.values()])
-                  - np.mean([results(records, reproduce.Run(Scenario(*scenario), "erm", s).name)["metrics"]["test"]["combined"]
+                  - np.mean([results(records, reproduce.PlannedRun(Scenario(*scenario), "erm", s).name)["metrics"]["test"]["combined"]
                              for s in names]))
         up, down = any(b for b, _ in tests), any(w for _, w in tests)
         better += change > 0 and up and not down
@@ -259,7 +259,7 @@ def test_the_settings_count_the_runs_of_each_adamw_kernel(records, report):
 
 
 def test_erm_curve_leaves_out_the_evaluation_after_training(records):
-    run = reproduction.read_records(records).runs[reproduce.Run(Scenario("snips", "slot_value", False, "ood"), "erm", 1).name]
+    run = reproduction.read_records(records).runs[reproduce.PlannedRun(Scenario("snips", "slot_value", False, "ood"), "erm", 1).name]
     assert valid_curve(run) == pytest.approx([100 * (v + 0.01) for v in EPOCH_CURVE[:-1]]
                                              + [100 * (EPOCH_CURVE[-1] + 0.01 + LAST_EPOCH_BUMP)])
 
@@ -268,7 +268,7 @@ def test_a_curve_with_epochs_lost_by_an_old_resume_leaves_them_blank(records, tm
     """A record of a run resumed in its third epoch before the CSV log kept earlier rows: its
     metrics.csv starts at epoch 2 (0-based). The curve has None there, not the later epochs
     shifted to the front, and the table leaves them blank and says why."""
-    name = reproduce.Run(Scenario("snips", "slot_value", False, "ood"), "erm", 1).name
+    name = reproduce.PlannedRun(Scenario("snips", "slot_value", False, "ood"), "erm", 1).name
     shutil.copytree(records / name, tmp_path / name)
     log = (tmp_path / name / "metrics.csv").read_text().splitlines()
     (tmp_path / name / "metrics.csv").write_text("\n".join([log[0], *[line for line in log[1:] if int(line.split(",")[0]) >= 2]]) + "\n")
@@ -311,8 +311,8 @@ def test_part_d_recomputed_from_the_records(records, report):
                                      read_predictions(records / plateau_run("erm").name / "predictions" / "test.jsonl.gz"),
                                      "combined", rounds=10_000, seed=0)
     assert row[7] == f"{test.p_value:.4f}"
-    fixed = results(records, reproduce.Run(reproduce.K_SEARCH_SCENARIO, "topk_group", 0, 2).name)["metrics"]["test"]
-    fixed_erm = results(records, reproduce.Run(reproduce.K_SEARCH_SCENARIO, "erm", 0).name)["metrics"]["test"]
+    fixed = results(records, reproduce.PlannedRun(reproduce.K_SEARCH_SCENARIO, "topk_group", 0, 2).name)["metrics"]["test"]
+    fixed_erm = results(records, reproduce.PlannedRun(reproduce.K_SEARCH_SCENARIO, "erm", 0).name)["metrics"]["test"]
     assert fixed["combined"] != pytest.approx(g)  # the fixed-budget run, not the Part D one
     assert row[8:] == [f"{100 * fixed['combined']:.2f}",
                        f"{100 * (fixed['combined'] - fixed_erm['combined']) / fixed_erm['combined']:+.2f}",
@@ -330,8 +330,8 @@ def test_part_e_recomputed_from_the_records(records, report):
     g, e = group["metrics"]["test"]["combined"], erm["metrics"]["test"]["combined"]
     change = f"{100 * (g - e) / e:+.2f}"
     assert table_row(text, "topk_group (k=2) = TOPK-GROUP", "1", "1", f"{100 * g:.2f}")[4] == change
-    fixed = results(records, reproduce.Run(reproduce.K_SEARCH_SCENARIO, "topk_group", 0, 2).name)["metrics"]["test"]
-    fixed_erm = results(records, reproduce.Run(reproduce.K_SEARCH_SCENARIO, "erm", 0).name)["metrics"]["test"]
+    fixed = results(records, reproduce.PlannedRun(reproduce.K_SEARCH_SCENARIO, "topk_group", 0, 2).name)["metrics"]["test"]
+    fixed_erm = results(records, reproduce.PlannedRun(reproduce.K_SEARCH_SCENARIO, "erm", 0).name)["metrics"]["test"]
     budgets = table_row(text, "topk_group (k=2) = TOPK-GROUP", "1", "1", change)  # the two budgets' table
     assert budgets[5] == f"{100 * (fixed['combined'] - fixed_erm['combined']) / fixed_erm['combined']:+.2f}"
     best = int(np.argmax(PLATEAU_CURVE)) + 1
@@ -414,7 +414,7 @@ def test_no_records_is_a_one_line_error(tmp_path, capsys):
 def test_a_record_without_metrics_is_a_one_line_error(records, tmp_path, capsys):
     broken = tmp_path / "records"
     shutil.copytree(records, broken)
-    name = reproduce.Run(Scenario("snips", "slot_value", False, "ood"), "erm", 1).name
+    name = reproduce.PlannedRun(Scenario("snips", "slot_value", False, "ood"), "erm", 1).name
     data = results(broken, name)
     del data["metrics"]
     (broken / name / "results.json").write_text(json.dumps(data))
@@ -502,7 +502,7 @@ def test_the_readme_headline_quotes_the_committed_report():
         assert row[4] == (f"{ours[13]}, {ours[15]}" if ours[13] else ""), row[0]
 
 
-ATIS_ERM = reproduce.Run(Scenario("atis", "slot_value", False, "iid"), "erm", 0).name  # in no comparison
+ATIS_ERM = reproduce.PlannedRun(Scenario("atis", "slot_value", False, "iid"), "erm", 0).name  # in no comparison
 
 
 def _cut(path: Path, keep: int) -> None:
