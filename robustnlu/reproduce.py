@@ -51,7 +51,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from robustnlu.analysis.reproduction import Design, write
+from robustnlu.studies.seqdrift_dro.report import Design, write
 from robustnlu.cli import compose_run_config
 from robustnlu.errors import ConfigError, entry_point
 from robustnlu.hardware import cpu_model

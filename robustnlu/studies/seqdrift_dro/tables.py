@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from robustnlu.analysis import paper_results as paper
-from robustnlu.analysis.records import Design, Records, valid_combined_by_epoch
+from robustnlu.studies.seqdrift_dro import paper_results as paper
+from robustnlu.studies.seqdrift_dro.records import Design, Records, valid_combined_by_epoch
 from robustnlu.analysis.runs import BASELINE, MIN_CLUSTER_SIZE, Run, method_order, worst_cluster
 from robustnlu.analysis.statistics import Comparison, MethodStats
 from robustnlu.metrics.registry import METRICS, REPRODUCTION_SUMMARY, relative_change

@@ -47,11 +47,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from robustnlu.analysis import paper_results as paper
+from robustnlu.studies.seqdrift_dro import paper_results as paper
 from robustnlu.analysis.figures import atomic_save_figure
-from robustnlu.analysis.records import Design, Records, read_records
-from robustnlu.analysis.reproduction_figures import plot_significance, plot_table10, plot_valid_curves
-from robustnlu.analysis.reproduction_tables import (
+from robustnlu.studies.seqdrift_dro.records import Design, Records, read_records
+from robustnlu.studies.seqdrift_dro.figures import plot_significance, plot_table10, plot_valid_curves
+from robustnlu.studies.seqdrift_dro.tables import (
     budgets_markdown,
     disclosures_markdown,
     drift_table,

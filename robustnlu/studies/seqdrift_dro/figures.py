@@ -8,8 +8,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from robustnlu.analysis import paper_results as paper
-from robustnlu.analysis.reproduction_tables import valid_curve
+from robustnlu.studies.seqdrift_dro import paper_results as paper
+from robustnlu.studies.seqdrift_dro.tables import valid_curve
 from robustnlu.analysis.runs import BASELINE, Run
 
 
