@@ -1,7 +1,7 @@
 """``python -m robustnlu.reproduce [--commit] [--only NAME ...] [--list]``: the core paper's study
 on this machine, resumable, each finished run kept as a compact record (issue 17);
 ``python -m robustnlu.reproduce report``: ``docs/reproduction/report.md`` from the records alone
-(`robustnlu.analysis.reproduction`).
+(`robustnlu.studies.seqdrift_dro.report`).
 
 The plan (`plan`), one training budget for every method (`BUDGET`):
 
@@ -253,7 +253,7 @@ def train(run: PlannedRun, repo: Path, records: Path, runs: Path, extra: list[st
 
 
 def report_design(records: Path) -> Design:
-    """What the report (`robustnlu.analysis.reproduction`) needs to know of the plan."""
+    """What the report (`robustnlu.studies.seqdrift_dro.report`) needs to know of the plan."""
     part_a, k_runs, part_b, part_c, part_d, part_e = parts(records)
     k_search: dict[str, dict[int, str]] = {}
     for run in k_runs:

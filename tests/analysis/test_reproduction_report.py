@@ -19,17 +19,17 @@ import pytest  # noqa: E402
 from integration_helpers import file_bytes  # noqa: E402
 
 from robustnlu import reproduce  # noqa: E402
-from robustnlu.studies.seqdrift_dro import report as reproduction  # noqa: E402
+from robustnlu.analysis.runs import MIN_CLUSTER_SIZE, Run, worst_cluster  # noqa: E402
 from robustnlu.analysis.significance import (  # noqa: E402
     approximate_randomization,
     counts_array,
     metric_from_sums,
 )
-from robustnlu.studies.seqdrift_dro.tables import (  # noqa: E402
-    at_plateau, last_epoch_gain, valid_curve, valid_curves_markdown)
-from robustnlu.analysis.runs import MIN_CLUSTER_SIZE, Run, worst_cluster  # noqa: E402
 from robustnlu.rundir import read_predictions  # noqa: E402
 from robustnlu.scenario import Scenario  # noqa: E402
+from robustnlu.studies.seqdrift_dro import report as reproduction  # noqa: E402
+from robustnlu.studies.seqdrift_dro.tables import (  # noqa: E402
+    at_plateau, last_epoch_gain, valid_curve, valid_curves_markdown)
 
 FIXTURE = Path(__file__).parent / "reproduction_record"
 # rows (of 50) each method gets right: ERM 20%, TopK 60% (better), TopK-Group 20% on other rows, TopK-AE none

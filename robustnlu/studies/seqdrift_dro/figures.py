@@ -8,9 +8,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from robustnlu.analysis.runs import BASELINE, Run
 from robustnlu.studies.seqdrift_dro import paper_results as paper
 from robustnlu.studies.seqdrift_dro.tables import valid_curve
-from robustnlu.analysis.runs import BASELINE, Run
 
 
 def plot_table10(rows: Sequence[dict[str, Any]]):

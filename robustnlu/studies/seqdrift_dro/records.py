@@ -36,7 +36,7 @@ class Design:
     #: Part D's overrides in place of ``budget``'s epochs
     plateau_budget: tuple[str, ...] = ()
     #: the plateau budget's epochs, and the last-epoch change of valid COMBINED (points) below which
-    #: a run that used them all is at its plateau (`robustnlu.analysis.reproduction_tables.at_plateau`)
+    #: a run that used them all is at its plateau (`robustnlu.studies.seqdrift_dro.tables.at_plateau`)
     plateau_epochs: int = 0
     plateau_tolerance: float = 0.0
 
