@@ -6,6 +6,7 @@ outside the runner recorded without training, recorded jobs never launched again
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import socket
@@ -66,6 +67,31 @@ def test_list_tells_each_jobs_state_from_its_folders(tmp_path, capsys):
     setup = Setup(records, runs, extra)
     assert runner.job_state(jobs[1], setup).state == "finished"
     assert runner.job_state(jobs[1], Setup(records, runs)).state == "other"  # launched with other overrides
+
+
+def test_the_record_of_a_run_trained_on_another_host_names_that_host_and_its_cpu(tmp_path):
+    """meta.json says where a job trained from the run's own files (status.json's host, results.json's
+    device), not from the machine that records it; the record's files are the run's, predictions gzipped."""
+    run = tmp_path / "runs" / "j"
+    overrides = ["seed=3", *QUIET, "resume=true"]
+    folder(run, status={"state": "finished", "host": "node-7", "time": "2026-11-20T10:00:00+0000"},
+           overrides=overrides)
+    results = {"metrics": {}, "wall_time_s": 12.5, "device": {"accelerator": "cpu", "name": "Node CPU", "processes": 1}}
+    (run / "results.json").write_text(json.dumps(results))
+    (run / "csv").mkdir()
+    (run / "csv" / "metrics.csv").write_text("epoch,valid/combined\n0,0.5\n")
+    (run / "predictions").mkdir()
+    for split in ("valid", "test"):
+        (run / "predictions" / f"{split}.jsonl").write_text(f'{{"uid": "{split}-0"}}\n')
+    record = tmp_path / "records" / "j"
+    meta = runner.write_record(Job("j", ("seed=3",), "P"), RunDir(run), record)
+    assert meta == json.loads((record / "meta.json").read_text()) == {
+        "command": "-m robustnlu " + " ".join(overrides), "part": "P", "host": "node-7", "cpu": "Node CPU",
+        "wall_time_s": 12.5, "finished": "2026-11-20T10:00:00+0000", "job_hash": job_hash(["seed=3"])}
+    assert RunDir(record).results() == results and (record / "metrics.csv").read_text() == "epoch,valid/combined\n0,0.5\n"
+    for split in ("valid", "test"):
+        assert gzip.decompress((record / "predictions" / f"{split}.jsonl.gz").read_bytes()) == \
+            f'{{"uid": "{split}-0"}}\n'.encode()
 
 
 @pytest.mark.parametrize(("args", "line"), [
