@@ -107,6 +107,8 @@ class Study:
 
 @dataclass(frozen=True)
 class State:
+    """A job's state (see the module docstring), a failed job's error line and a note."""
+
     state: str
     error: str | None = None
     note: str | None = None
