@@ -1,278 +1,28 @@
-"""``python -m robustnlu.reproduce [--commit] [--only NAME ...] [--list]``: the core paper's study
-on this machine, resumable, each finished run kept as a compact record (issue 17);
-``python -m robustnlu.reproduce report``: ``docs/reproduction/report.md`` from the records alone
-(`robustnlu.analysis.reproduction`).
-
-The plan (`plan`), one training budget for every method (`BUDGET`):
-
-- Part A, the drop under drift (core paper Q1, Table 10, Figure 1a): ERM on the 8 SeqDrift
-  scenarios ({slot value, slot context} x {full, partial} x {i.i.d., o.o.d. validation}) of
-  SNIPS and ATIS, training seeds 0 and 1;
-- the k search: TopK, TopK-Group and TopK-AE with k in `K_GRID` (App. C: tuned k "typically
-  ended up ... between 2-8"; searched in 1-16, Table 9) on one scenario (`K_SEARCH_SCENARIO`),
-  seed 0, chosen by valid COMBINED, never test;
-- Part B, DRO vs ERM (core paper Q4, Tables 11-12, Figure 2): the three TopK methods with their
-  chosen k on SNIPS' 4 full-drift scenarios, seeds 0 and 1 (ERM's runs are Part A's);
-- Part C, as compute allows (planned last): Group-DRO (the paper's weakest method, Figure 2) on
-  the same scenarios and seeds, with its default settings (conf/method/group_dro.yaml);
-- Part D, the budget check, as compute allows: ERM, TopK-Group and TopK-AE (the methods Part B
-  left furthest from a plateau) on the k-search scenario, seed 0, each trained to its own plateau
-  (`PLATEAU_BUDGET`: more epochs, with early stopping on valid COMBINED, as the paper trains), to
-  tell a method that fails at the fixed budget from one that is only slower to train;
-- Part E, Part D over the whole DRO comparison (issue 29): ERM and the three TopK methods with
-  their chosen k on SNIPS' 4 full-drift scenarios, seeds 0 and 1, each to its own plateau
-  (`PLATEAU_BUDGET`, fixed before Part E's first run); Part D's runs are Part E's where they fit
-  (the same names).
-
-The order (`plan`): SNIPS' full-drift ERM runs of seed 0, the k search, Part B's seed 0, then the
-rest of the DRO comparison (its seed 1, ERM's included), then the rest of Part A, then Part D
-(Part B's open question), then Part E (seed 0 first, each scenario's four methods together, so
-that every finished scenario is a complete comparison; Part D's scenario first), then Part C.
-
-The splits are the canonical ones shipped in ``data/seqdrift/`` (drift seed 0), the same on every
-machine. Each run trains in a subprocess (``python -m robustnlu ...``, printed) in
-``outputs/reproduction/runs/<name>/`` with ``resume=true``, so an interrupted run continues from
-its last checkpoint. A finished run's record goes to ``docs/reproduction/records/<name>/``:
-``results.json``, ``metrics.csv`` (the per-epoch curve), ``predictions/{valid,test}.jsonl.gz`` and
-``meta.json`` (command, hardware, wall time); its checkpoints are then deleted. ``--commit``
-commits each record as it lands. A rerun skips what is recorded; a failed run is reported and the
-plan goes on. Runs whose k is not chosen yet (the k search unfinished) wait for a later call.
-"""
+"""``python -m robustnlu.reproduce [--commit] [--only NAME ...] [--list] [--batch N] [OVERRIDE ...]``:
+the core paper's study on this machine (its plan: `robustnlu.studies.seqdrift_dro.plan`), run by
+`robustnlu.studies.runner`: resumable, each finished run kept as a compact record under
+``docs/reproduction/records/``; ``python -m robustnlu.reproduce report``:
+``docs/reproduction/report.md`` and its figures from the records alone
+(`robustnlu.studies.seqdrift_dro.report`)."""
 
 from __future__ import annotations
 
 import argparse
-import gzip
-import os
-import shutil
-import subprocess
 import sys
-import time
-from dataclasses import dataclass, replace
 from pathlib import Path
 
-from robustnlu.analysis.reproduction import Design, write
-from robustnlu.cli import compose_run_config
-from robustnlu.errors import ConfigError, entry_point
-from robustnlu.hardware import cpu_model
-from robustnlu.io import atomic_write_json, atomic_write_with
-from robustnlu.paths import PROJECT_DIR
-from robustnlu.rundir import RunDir
-from robustnlu.scenario import Scenario
-
-RECORDS = Path("docs") / "reproduction" / "records"
-RUNS = Path("outputs") / "reproduction" / "runs"
-# One budget for every method: 5 epochs (the paper: up to 100 with early stopping, Table 9, which
-# this CPU cannot afford for 65 runs). Chosen before any run: the report shows ERM's per-epoch valid
-# COMBINED, which tells whether it plateaued. bf16: what trainer.precision=auto picks here,
-# explicit so that every record says so. The splits: the canonical clusterings only (an error, not
-# a machine-dependent split, if one is missing).
-BUDGET = ("trainer.max_epochs=5", "trainer.precision=bf16-mixed", "drift.clusters=shipped")
-QUIET = ("~callbacks.progress_bar", "trainer.enable_progress_bar=false")
-SEEDS = (0, 1)
-KINDS = ("slot_value", "slot_context")
-# 2-8: where the paper's tuned k "typically ended up"; 16: the top of its search range (Table 9), added
-# on 2026-11-24 before any Part B run, when TopK and TopK-Group had both chosen the grid's edge (8) here
-K_GRID = (2, 4, 8, 16)
-K_METHODS = ("topk", "topk_group", "topk_ae")
-C_METHODS = ("group_dro",)
-# Part D (added on 2026-11-24 after Part B: TopK-Group's and TopK-AE's valid COMBINED still rose 0.8
-# and 0.6 points in their 5th epoch): each method to its own plateau, as the paper's early stopping
-D_METHODS = ("erm", "topk_group", "topk_ae")
-#: Part D's budget, in place of BUDGET's epochs: at most 15 epochs, early stopping after 3 without a
-#: better valid COMBINED (conf/callbacks: the monitor is selection.monitor)
-PLATEAU_EPOCHS = 15
-PLATEAU_BUDGET = (f"trainer.max_epochs={PLATEAU_EPOCHS}", "callbacks.early_stopping.patience=3")
-#: Part E's plateau criterion, fixed before its first run: early stopping ended the run, or its last
-#: epoch changed valid COMBINED by less than this many points (Part D's runs: -0.08 to +0.11)
-PLATEAU_TOLERANCE = 0.2
-#: Part E: Part D's methods and plain TopK, i.e. ERM and every method of Part B
-E_METHODS = ("erm", *K_METHODS)
-K_SEARCH_SCENARIO = Scenario("snips", "slot_context", False, "iid")
-
-
-@dataclass(frozen=True)
-class PlannedRun:
-    """One training run of the study: scenario, method (with its k for the TopK methods), seed."""
-
-    scenario: Scenario
-    method: str
-    seed: int
-    k: int | None = None
-    part: str = "A"
-    #: trained to its own plateau (Part D: `PLATEAU_BUDGET`)
-    plateau: bool = False
-
-    @property
-    def name(self) -> str:
-        method = self.method if self.k is None else f"{self.method}-k{self.k}"
-        return f"{self.scenario.name}-{method}-seed{self.seed}" + ("-plateau" if self.plateau else "")
-
-    def budget(self) -> list[str]:
-        """`BUDGET`; for a Part D run with `PLATEAU_BUDGET`'s epochs and early stopping."""
-        if not self.plateau:
-            return list(BUDGET)
-        return [*(b for b in BUDGET if not b.startswith("trainer.max_epochs=")), *PLATEAU_BUDGET]
-
-    def overrides(self) -> list[str]:
-        s = self.scenario
-        out = [f"+experiment={s.dataset}_{s.drift}", f"method={self.method}", f"seed={self.seed}",
-               f"drift.partial={str(s.partial).lower()}", f"validation={s.validation}"]
-        if self.k is not None:
-            out.append(f"method.k={self.k}")
-        return out
-
-
-def scenarios(dataset: str, full_only: bool = False) -> list[Scenario]:
-    return [Scenario(dataset, kind, partial, validation) for kind in KINDS for partial in ((False,) if full_only else (False, True))
-            for validation in ("iid", "ood")]
-
-
-def k_search_runs() -> list[PlannedRun]:
-    return [PlannedRun(K_SEARCH_SCENARIO, method, 0, k, part="k") for method in K_METHODS for k in K_GRID]
-
-
-def chosen_k(records: Path, method: str) -> int | None:
-    """The k of ``method`` with the best valid COMBINED in the k search (ties: the smaller k), or
-    None while a k-search run of it is unrecorded."""
-    scores = {}
-    for run in k_search_runs():
-        if run.method != method:
-            continue
-        record = RunDir(records / run.name)
-        if not record.finished():
-            return None
-        scores[run.k] = record.results()["metrics"]["valid"]["combined"]
-    return min(scores, key=lambda k: (-scores[k], k))
-
-
-def parts(records: Path) -> tuple[list[PlannedRun], ...]:
-    """Part A, the k search, Part B (a TopK method's runs with k None while its k is not chosen),
-    Part C, Part D and Part E (likewise)."""
-    part_a = [PlannedRun(s, "erm", seed) for seed in SEEDS for d in ("snips", "atis") for s in scenarios(d)]
-    ks = {method: chosen_k(records, method) for method in K_METHODS}  # each reads the k search's records
-    part_b = [PlannedRun(s, method, seed, ks[method], part="B") for seed in SEEDS for method in K_METHODS
-              for s in scenarios("snips", full_only=True)]
-    part_c = [PlannedRun(s, method, seed, part="C") for seed in SEEDS for method in C_METHODS
-              for s in scenarios("snips", full_only=True)]
-    part_d = [PlannedRun(K_SEARCH_SCENARIO, method, 0, ks.get(method), part="D", plateau=True) for method in D_METHODS]
-    # Part D's scenario first: its one missing run makes it a complete comparison
-    e_scenarios = sorted(scenarios("snips", full_only=True), key=lambda s: s != K_SEARCH_SCENARIO)
-    part_e = [PlannedRun(s, method, seed, ks.get(method), part="E", plateau=True) for seed in SEEDS
-              for s in e_scenarios for method in E_METHODS]
-    return part_a, k_search_runs(), part_b, part_c, part_d, part_e
-
-
-def plan(records: Path) -> list[PlannedRun]:
-    """Every run of the study in the order they are run (the first comparisons first)."""
-    part_a, k_runs, part_b, part_c, part_d, part_e = parts(records)
-    snips_full = [r for r in part_a if r.scenario.dataset == "snips" and not r.scenario.partial]
-    first = [r for r in snips_full if r.seed == 0]
-    ordered = first + k_runs + [r for r in part_b if r.seed == 0]
-    # the second seed of the DRO comparison (Part B and its ERM runs) before the rest of Part A
-    ordered += [r for r in snips_full + part_b if r not in ordered]
-    ordered += [r for r in part_a + part_b if r not in ordered and r.scenario.dataset == "snips"]
-    ordered += [r for r in part_a if r not in ordered]
-    ordered += part_d + part_e + part_c
-    # a Part B or D run whose k is not chosen yet waits; the k-search run it equals is not trained twice
-    ready, seen = [], set()
-    for run in ordered:
-        if run.method in K_METHODS and run.k is None:
-            continue
-        if run.name not in seen:
-            seen.add(run.name)
-            ready.append(run)
-    return ready
-
-
-def gzip_copy(src: Path, dst: Path) -> None:
-    data = gzip.compress(src.read_bytes(), compresslevel=9, mtime=0)  # mtime 0: same bytes each time
-    atomic_write_with(dst, lambda f: f.write(data))
-
-
-def write_record(run: PlannedRun, run_dir: Path, record: Path, command: list[str], wall_s: float) -> None:
-    """The compact record of a finished run; ``results.json`` last (a record with it is complete)."""
-    run_files = RunDir(run_dir)
-    for split in ("valid", "test"):
-        gzip_copy(run_files.predictions_file(split), record / "predictions" / f"{split}.jsonl.gz")
-    shutil.copyfile(run_files.metrics_csv, record / "metrics.csv")
-    atomic_write_json(RunDir(record).meta_file, {
-        "command": " ".join(command[1:]), "part": run.part, "cpu": cpu_model(), "cores": os.cpu_count(),
-        "wall_time_s": round(wall_s, 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    })
-    shutil.copyfile(run_files.results_file, RunDir(record).results_file)
-
-
-def commit(repo: Path, record: Path, message: str) -> bool:
-    """``git add`` + ``git commit`` of the record alone (other staged changes stay staged)."""
-    for attempt in range(5):
-        add = subprocess.run(["git", "add", str(record)], cwd=repo, capture_output=True, text=True)
-        done = add.returncode == 0 and subprocess.run(
-            ["git", "commit", "-q", "-m", message, "--", str(record)], cwd=repo, capture_output=True, text=True
-        ).returncode == 0
-        if done:
-            return True
-        time.sleep(2 + 3 * attempt)  # another git command holds the index lock
-    print(f"could not commit {record}; it stays in the work tree", flush=True)
-    return False
-
-
-def training_overrides(run: PlannedRun, extra: list[str]) -> list[str]:
-    """What ``python -m robustnlu`` gets for ``run``: its scenario and method, the budget, the user's
-    ``extra`` overrides (the run directory and ``resume=true`` come on top)."""
-    return [*run.overrides(), *run.budget(), *QUIET, *extra]
-
-
-def check_overrides(runs: list[PlannedRun], extra: list[str]) -> None:
-    """Compose and check every run's config before the first trains: a bad override fails the
-    plan once, with its `ConfigError` line, instead of every run of it hours apart."""
-    for run in runs:
-        try:
-            compose_run_config(training_overrides(run, extra))
-        except ConfigError as err:
-            raise ConfigError(f"{run.name}: {err}") from None
-
-
-def train(run: PlannedRun, repo: Path, records: Path, runs: Path, extra: list[str], do_commit: bool) -> bool:
-    run_dir = runs / run.name
-    record = records / run.name
-    command = [sys.executable, "-m", "robustnlu", *training_overrides(run, extra),
-               f"hydra.run.dir={run_dir}", "resume=true"]
-    print("+ " + " ".join(command[1:]), flush=True)
-    started = time.time()
-    rc = subprocess.run(command, cwd=repo).returncode
-    if rc != 0 or not RunDir(run_dir).finished():
-        print(f"{run.name}: failed (exit {rc}); the plan goes on", flush=True)
-        return False
-    write_record(run, run_dir, record, command, time.time() - started)
-    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-    print(f"{run.name}: recorded in {record} ({time.time() - started:.0f} s)", flush=True)
-    if do_commit:
-        commit(repo, record, f"reproduction: record {run.name} ({time.time() - started:.0f} s on {cpu_model()})")
-    return True
-
-
-def report_design(records: Path) -> Design:
-    """What the report (`robustnlu.analysis.reproduction`) needs to know of the plan."""
-    part_a, k_runs, part_b, part_c, part_d, part_e = parts(records)
-    k_search: dict[str, dict[int, str]] = {}
-    for run in k_runs:
-        k_search.setdefault(run.method, {})[run.k] = run.name
-    return Design(parts={"A": [r.name for r in part_a], "k": [r.name for r in k_runs],
-                         "B": [r.name for r in part_b], "C": [r.name for r in part_c], "D": [r.name for r in part_d],
-                         "E": [r.name for r in part_e]},
-                  k_search=k_search, chosen_k={m: chosen_k(records, m) for m in K_METHODS}, budget=BUDGET,
-                  k_scenario=K_SEARCH_SCENARIO.name,
-                  plateau_reference={r.name: replace(r, plateau=False).name for r in part_d + part_e},
-                  plateau_budget=PLATEAU_BUDGET, plateau_epochs=PLATEAU_EPOCHS, plateau_tolerance=PLATEAU_TOLERANCE)
+from robustnlu.errors import entry_point
+from robustnlu.studies import runner
+from robustnlu.studies.seqdrift_dro.plan import STUDY, report_design
+from robustnlu.studies.seqdrift_dro.report import write
 
 
 def report_main(argv: list[str]) -> int:
     """``python -m robustnlu.reproduce report``: docs/reproduction/report.md from the records."""
     parser = argparse.ArgumentParser(prog="python -m robustnlu.reproduce report",
                                      description="docs/reproduction/report.md and its figures, from the records alone")
-    parser.add_argument("--records", type=Path, default=PROJECT_DIR / RECORDS, help=f"default: {RECORDS}")
-    parser.add_argument("--out", type=Path, default=PROJECT_DIR / RECORDS.parent, help=f"default: {RECORDS.parent}")
+    parser.add_argument("--records", type=Path, default=STUDY.records, help=f"default: {STUDY.records}")
+    parser.add_argument("--out", type=Path, default=STUDY.records.parent, help=f"default: {STUDY.records.parent}")
     args = parser.parse_args(argv)
     import matplotlib
 
@@ -287,43 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["report"]:
         return report_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m robustnlu.reproduce", description=__doc__.split("\n\n")[0],
-                                     epilog="python -m robustnlu.reproduce report [--records DIR] [--out DIR]: "
-                                            "docs/reproduction/report.md from the records alone")
-    parser.add_argument("--commit", action="store_true", help="git-commit each record as it lands")
-    parser.add_argument("--only", nargs="*", default=None, help="run only these run names")
-    parser.add_argument("--list", action="store_true", help="print the plan and what is recorded, then exit")
-    parser.add_argument("--records", type=Path, default=PROJECT_DIR / RECORDS, help=f"default: {RECORDS}")
-    parser.add_argument("--runs", type=Path, default=PROJECT_DIR / RUNS, help=f"default: {RUNS}")
-    parser.add_argument("overrides", nargs="*", help="more training overrides, after the budget's (tests: encoder=tiny)")
-    args = parser.parse_args(argv)
-    repo = PROJECT_DIR
+    return runner.main(STUDY, argv, prog="python -m robustnlu.reproduce", description=__doc__.split("\n\n")[0],
+                       epilog="python -m robustnlu.reproduce report [--records DIR] [--out DIR]: "
+                              "docs/reproduction/report.md from the records alone")
 
-    def recorded(run: PlannedRun) -> bool:
-        return RunDir(args.records / run.name).finished()
-
-    def selected() -> list[PlannedRun]:  # anew after each run: a finished k search releases Part B
-        return [r for r in plan(args.records) if args.only is None or r.name in args.only]
-
-    if args.only is not None:
-        planned = {r.name for part in parts(args.records) for r in part}
-        if unknown := [name for name in args.only if name not in planned]:
-            raise ConfigError(f"--only: no run of the study is named {', '.join(unknown)} (--list prints them)")
-    if args.list:
-        for run in selected():
-            print(f"{'recorded' if recorded(run) else 'to run  '}  {run.part}  {run.name}")
-        return 0
-    check_overrides([r for r in selected() if not recorded(r)], args.overrides)
-    failed: list[str] = []
-    while True:
-        pending = [r for r in selected() if not recorded(r) and r.name not in failed]
-        if not pending:
-            break
-        if not train(pending[0], repo, args.records, args.runs, args.overrides, args.commit):
-            failed.append(pending[0].name)
-    todo = selected()
-    print(f"{sum(map(recorded, todo))} of {len(todo)} planned runs recorded" + (f"; failed: {failed}" if failed else ""))
-    return 1 if failed else 0
 
 if __name__ == "__main__":
     sys.exit(main())

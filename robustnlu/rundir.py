@@ -1,7 +1,7 @@
 """A run directory and what is in it: the one place that knows its layout, and how run
 directories are found under a sweep. Every reader of run directories goes through `RunDir`
-(the study, compare, robustness and efficiency reports, evaluate, resume, the reproduction
-records); `robustnlu.train` writes them.
+(the study, compare, robustness and efficiency reports, evaluate, resume, a study's runner and
+its records); `robustnlu.train` writes them.
 
 A training run's directory (Hydra's runtime output dir, `robustnlu.train`) holds:
 
@@ -11,13 +11,13 @@ A training run's directory (Hydra's runtime output dir, `robustnlu.train`) holds
 - a sweep's job that failed: ``status.json`` says failed with the error line and the job's
   overrides (a job refused for a bad value leaves this record and nothing else), and a failure
   that is not a user error keeps its traceback in ``traceback.txt`` (`robustnlu.cli.run_or_exit`);
-- ``predictions/<split>.jsonl`` (a reproduction record keeps ``<split>.jsonl.gz``);
+- ``predictions/<split>.jsonl`` (a study's record keeps ``<split>.jsonl.gz``);
 - ``config.yaml``, the resolved config;
 - ``checkpoints/``: the best checkpoint (``results.json`` names it) and, while the run is
   unfinished, ``last.ckpt`` for ``resume=true``;
-- ``csv/metrics.csv``, the per-epoch log (a reproduction record keeps it as ``metrics.csv``);
+- ``csv/metrics.csv``, the per-epoch log (a study's record keeps it as ``metrics.csv``);
 - with noise suites, ``robustness.json`` and ``robustness.md`` (`robustnlu.evaluate`);
-- a reproduction record's ``meta.json`` (command, hardware, wall time).
+- a study's record's ``meta.json`` (command, hardware, wall time: `robustnlu.studies.runner`).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def read_json_object(path: Path) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RunDir:
-    """One run directory (or a reproduction record, which has the same files)."""
+    """One run directory (or a study's record, which has the same files)."""
 
     path: Path
 
@@ -98,7 +98,7 @@ class RunDir:
 
     @property
     def meta_file(self) -> Path:
-        """A reproduction record's ``meta.json`` (command, hardware, wall time)."""
+        """A study's record's ``meta.json`` (command, hardware, wall time)."""
         return self.path / META
 
     @property
@@ -183,7 +183,7 @@ class RunDir:
         return read_json_object(self.status_file) if self.status_file.is_file() else None
 
     def meta(self) -> dict[str, Any]:
-        """A reproduction record's ``meta.json``, {} if there is none."""
+        """A study's record's ``meta.json``, {} if there is none."""
         return read_json_object(self.meta_file) if self.meta_file.is_file() else {}
 
     def best_checkpoint(self) -> Path:

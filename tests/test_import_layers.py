@@ -22,10 +22,13 @@ matches it, its own or a package's):
    apps share (cli: composing and checking configs, one-line user errors);
 9. a training run (train), the robustness suites (evaluate, also a library of train), resuming,
    and the efficiency protocol's run (its corpus, adaptation callback, source Fisher);
-10. reading run directories back: analysis, the study report, the HPO and reproduction
-    drivers, the efficiency study, its outputs and plot, a sweep's status and relaunch (sweep);
-11. entry points: every ``__main__`` module, and the drivers that compose configs themselves
-    (seqdrift.canonical).
+10. reading run directories back: analysis, the study report, the HPO driver, the efficiency
+    study, its outputs and plot, a sweep's status and relaunch (sweep), studies (a planned list of
+    jobs run through the sweep machinery);
+11. the studies this project runs on that machinery (studies.seqdrift_dro: the core paper's plan,
+    its numbers and the reproduction report);
+12. entry points: every ``__main__`` module, and the drivers that compose configs themselves
+    (seqdrift.canonical) or run a study (reproduce).
 
 cli sits below train and evaluate, not at the top, because they are Hydra apps that use its
 `hydra_app` / `run_or_exit`. A module that is in no layer fails `test_every_module_has_a_layer`:
@@ -53,8 +56,9 @@ LAYERS: list[list[str]] = [
     ["module", "predict"],
     ["config_schema", "cli", "rundir_claim"],
     ["train", "evaluate", "resume", "efficiency.protocol", "efficiency.adapt"],
-    ["analysis", "report", "hpo", "reproduce", "efficiency.study", "efficiency.report", "efficiency.plot", "sweep"],
-    ["seqdrift.canonical"],  # + every __main__ (`layer_of`)
+    ["analysis", "report", "hpo", "efficiency.study", "efficiency.report", "efficiency.plot", "sweep", "studies"],
+    ["studies.seqdrift_dro"],
+    ["seqdrift.canonical", "reproduce"],  # + every __main__ (`layer_of`)
 ]
 TOP = len(LAYERS) - 1
 

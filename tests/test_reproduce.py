@@ -24,7 +24,8 @@ def reproduce(tmp_path, *args: str):
 def test_a_run_is_recorded_without_checkpoints_and_skipped_once_recorded(tmp_path):
     first = reproduce(tmp_path, *SMALL)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert "+ -m robustnlu +experiment=atis_slot_value method=erm seed=0" in first.stdout
+    assert f"+ {RUN}: +experiment=atis_slot_value method=erm seed=0" in first.stdout
+    assert "+ python -m robustnlu -m hydra/sweeper=joblist" in first.stdout  # launched as a sweep job
     record = tmp_path / "records" / RUN
     assert sorted(p.name for p in record.iterdir()) == ["meta.json", "metrics.csv", "predictions", "results.json"]
     results = json.loads((record / "results.json").read_text())
@@ -38,16 +39,16 @@ def test_a_run_is_recorded_without_checkpoints_and_skipped_once_recorded(tmp_pat
     assert not (tmp_path / "runs" / RUN / "checkpoints").exists()  # the record is what is kept
 
     again = reproduce(tmp_path, *SMALL)
-    assert again.returncode == 0 and "+ -m robustnlu" not in again.stdout
-    assert "1 of 1 planned runs recorded" in again.stdout
+    assert again.returncode == 0 and "+ python -m robustnlu" not in again.stdout
+    assert "1 of 1 planned jobs recorded" in again.stdout
 
 
 @pytest.mark.parametrize(("args", "line"), [
     (["trainer.max_epochs=-1"], f"error: {RUN}: trainer.max_epochs: must be >= 1 (got -1)"),
-    (["--only", "atis-nothing"], "error: --only: no run of the study is named atis-nothing (--list prints them)"),
+    (["--only", "atis-nothing"], "error: --only: no job of the study is named atis-nothing (--list prints them)"),
 ])
 def test_a_bad_override_or_run_name_fails_once_before_any_training(tmp_path, args, line):
     proc = reproduce(tmp_path, *args)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [line]
-    assert "+ -m robustnlu" not in proc.stdout
+    assert "+ python -m robustnlu" not in proc.stdout
     assert not (tmp_path / "records").exists() and not (tmp_path / "runs").exists()

@@ -1,5 +1,6 @@
-"""The reproduction's plan (`robustnlu.reproduce.plan`, `chosen_k`, `parts`) on synthetic records:
-which k each TopK method gets, which runs wait for it, the order, and what counts as recorded."""
+"""The reproduction's plan (`robustnlu.studies.seqdrift_dro.plan`: `plan`, `chosen_k`, `parts`) on
+synthetic records: which k each TopK method gets, which runs wait for it, the order, and what
+counts as recorded."""
 
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ import json
 import pytest
 
 from robustnlu import reproduce
-from robustnlu.reproduce import K_GRID, K_SEARCH_SCENARIO, PlannedRun, chosen_k, k_search_runs, parts, plan
+from robustnlu.studies.seqdrift_dro.plan import (
+    K_GRID,
+    K_METHODS,
+    K_SEARCH_SCENARIO,
+    PLATEAU_BUDGET,
+    PlannedRun,
+    chosen_k,
+    k_search_runs,
+    parts,
+    plan,
+)
 
 
 def record(records, name: str, valid_combined: float = 0.5) -> None:
@@ -32,19 +43,19 @@ def test_chosen_k_is_the_best_valid_combined_ties_to_the_smaller_k_and_none_whil
 
 
 def test_part_e_comes_after_the_study_part_d_s_scenario_first_and_before_part_c(tmp_path):
-    k_search(tmp_path, {m: {k: 0.9 + k / 100 for k in K_GRID} for m in reproduce.K_METHODS})
+    k_search(tmp_path, {m: {k: 0.9 + k / 100 for k in K_GRID} for m in K_METHODS})
     after = plan(tmp_path)
-    assert all(r.k == 16 for r in after if r.method in reproduce.K_METHODS and r.part != "k")
+    assert all(r.k == 16 for r in after if r.method in K_METHODS and r.part != "k")
     order = [r.part for r in after]
     assert order.index("E") > max(i for i, p in enumerate(order) if p in ("A", "B", "k"))
     first = [r for r in after if r.part in ("D", "E")][:4]  # Part D's scenario completed first
     assert {r.scenario for r in first} == {K_SEARCH_SCENARIO} and {r.seed for r in first} == {0}
-    assert {r.method for r in first} == {"erm", *reproduce.K_METHODS}
+    assert {r.method for r in first} == {"erm", *K_METHODS}
     seeds = [r.seed for r in after if r.part in ("D", "E")]
     assert seeds == sorted(seeds)  # seed 0's comparison complete before seed 1's first run
     part_e = parts(tmp_path)[5]
     assert all(r.plateau for r in part_e) and not any(r.plateau for r in parts(tmp_path)[2])
-    assert set(PlannedRun(K_SEARCH_SCENARIO, "erm", 0, plateau=True).budget()) >= set(reproduce.PLATEAU_BUDGET)
+    assert set(PlannedRun(K_SEARCH_SCENARIO, "erm", 0, plateau=True).budget()) >= set(PLATEAU_BUDGET)
 
 
 def test_list_marks_as_recorded_exactly_the_runs_of_the_records_folder_it_is_given(tmp_path, capsys):

@@ -1,7 +1,8 @@
 """``hydra/sweeper=joblist`` (conf/hydra/sweeper/joblist.yaml): launch a given list of jobs, each
 a list of task overrides, through the configured launcher (basic, or submitit: Slurm / local
 processes). ``python -m robustnlu.sweep relaunch`` uses it to run only the jobs of a sweep that
-have not finished, which a product of values (Hydra's basic sweeper) cannot express.
+have not finished, which a product of values (Hydra's basic sweeper) cannot express, and a study
+(`robustnlu.studies.runner`) to launch its jobs, each into a folder of its own name.
 
 - ``jobs_file``: a JSON file ``{"jobs": [[override, ...], ...]}``.
 - The command line's own task overrides (e.g. ``resume=true``) are added to every job, replacing

@@ -19,17 +19,17 @@ import pytest  # noqa: E402
 from integration_helpers import file_bytes  # noqa: E402
 
 from robustnlu import reproduce  # noqa: E402
-from robustnlu.analysis import reproduction  # noqa: E402
+from robustnlu.analysis.runs import MIN_CLUSTER_SIZE, Run, worst_cluster  # noqa: E402
 from robustnlu.analysis.significance import (  # noqa: E402
     approximate_randomization,
     counts_array,
     metric_from_sums,
 )
-from robustnlu.analysis.reproduction_tables import (  # noqa: E402
-    at_plateau, last_epoch_gain, valid_curve, valid_curves_markdown)
-from robustnlu.analysis.runs import MIN_CLUSTER_SIZE, Run, worst_cluster  # noqa: E402
 from robustnlu.rundir import read_predictions  # noqa: E402
 from robustnlu.scenario import Scenario  # noqa: E402
+from robustnlu.studies.seqdrift_dro import plan as study, report as reproduction  # noqa: E402
+from robustnlu.studies.seqdrift_dro.tables import (  # noqa: E402
+    at_plateau, last_epoch_gain, valid_curve, valid_curves_markdown)
 
 FIXTURE = Path(__file__).parent / "reproduction_record"
 # rows (of 50) each method gets right: ERM 20%, TopK 60% (better), TopK-Group 20% on other rows, TopK-AE none
@@ -78,7 +78,7 @@ def _metrics(rows: list[dict], shift: float) -> dict[str, float]:
 GPU = {"accelerator": "cuda", "name": "NVIDIA H100 80GB HBM3", "processes": 1}
 
 
-def make_record(records: Path, run: reproduce.Run, part: str) -> None:
+def make_record(records: Path, run: study.PlannedRun, part: str) -> None:
     curve = PLATEAU_CURVE if run.plateau else EPOCH_CURVE
     base = json.loads((FIXTURE / "results.json").read_text())
     record = records / run.name
@@ -120,17 +120,17 @@ def make_record(records: Path, run: reproduce.Run, part: str) -> None:
 @pytest.fixture(scope="module")
 def records(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("records")
-    for run in reproduce.k_search_runs():
+    for run in study.k_search_runs():
         make_record(root, run, "k")
-    for seed in reproduce.SEEDS:
+    for seed in study.SEEDS:
         for scenario in A_SCENARIOS:
-            make_record(root, reproduce.Run(Scenario(*scenario), "erm", seed), "A")
+            make_record(root, study.PlannedRun(Scenario(*scenario), "erm", seed), "A")
         for scenario in B_SCENARIOS:
             for method in ("topk", "topk_group"):
-                run = reproduce.Run(Scenario(*scenario), method, seed, CHOSEN[method], part="B")
+                run = study.PlannedRun(Scenario(*scenario), method, seed, CHOSEN[method], part="B")
                 if not (root / run.name).exists():  # the k-search run it equals
                     make_record(root, run, "B")
-            make_record(root, reproduce.Run(Scenario(*scenario), "group_dro", seed, part="C"), "C")
+            make_record(root, study.PlannedRun(Scenario(*scenario), "group_dro", seed, part="C"), "C")
     for method in ("erm", "topk_group"):  # Part D: TopK-AE's run not recorded
         make_record(root, plateau_run(method), "D")
     return root
@@ -159,14 +159,14 @@ def section(text: str, title: str) -> str:
     return text.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
 
 
-def plateau_run(method: str) -> reproduce.Run:
-    return reproduce.Run(reproduce.K_SEARCH_SCENARIO, method, 0, CHOSEN.get(method), part="D", plateau=True)
+def plateau_run(method: str) -> study.PlannedRun:
+    return study.PlannedRun(study.K_SEARCH_SCENARIO, method, 0, CHOSEN.get(method), part="D", plateau=True)
 
 
 def test_the_report_regenerates_byte_for_byte(records, report, tmp_path):
     assert sorted(p.name for p in report.iterdir()) == sorted(("report.md", *reproduction.FIGURES))
     again = tmp_path / "again"
-    reproduction.write(records, reproduce.report_design(records), again)
+    reproduction.write(records, study.report_design(records), again)
     for path in sorted(report.iterdir()):
         assert (again / path.name).read_bytes() == path.read_bytes(), path.name
     assert (report / "fig1a_drop.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -188,7 +188,7 @@ def test_table10_is_ermss_mean_test_minus_valid(records, report):
     text = section((report / "report.md").read_text(), "Q1")
     for dataset, kind, partial, _ in A_SCENARIOS:
         amount = "partial" if partial else "full"
-        names = [reproduce.Run(Scenario(dataset, kind, partial, v), "erm", s).name for v in ("iid", "ood") for s in (0, 1)]
+        names = [study.PlannedRun(Scenario(dataset, kind, partial, v), "erm", s).name for v in ("iid", "ood") for s in (0, 1)]
         runs = [results(records, n) for n in names if (records / n).exists()]
         row = table_row(text, dataset, kind, amount)
         assert row[3] == str(len(runs))
@@ -212,7 +212,7 @@ def test_tables_11_12_recomputed_from_the_records(records, report, method):
     text = section((report / "report.md").read_text(), "Q4")
     per_scenario = {}
     for scenario in B_SCENARIOS:
-        names = {s: reproduce.Run(Scenario(*scenario), method, s, CHOSEN.get(method)).name for s in reproduce.SEEDS}
+        names = {s: study.PlannedRun(Scenario(*scenario), method, s, CHOSEN.get(method)).name for s in study.SEEDS}
         names = {s: n for s, n in names.items() if (records / n).exists()}
         if names:
             per_scenario[scenario] = names
@@ -225,14 +225,14 @@ def test_tables_11_12_recomputed_from_the_records(records, report, method):
         mine, erm = [], []
         for scenario, names in per_scenario.items():
             mine.append(np.mean([100 * results(records, n)["metrics"]["test"][key] for n in names.values()]))
-            erm_names = [reproduce.Run(Scenario(*scenario), "erm", s).name for s in names]  # the same seeds
+            erm_names = [study.PlannedRun(Scenario(*scenario), "erm", s).name for s in names]  # the same seeds
             erm.append(np.mean([100 * results(records, n)["metrics"]["test"][key] for n in erm_names]))
         assert row[column] == f"{np.mean(mine):.2f}"
         assert row[column + 1] == f"{100 * (np.mean(mine) - np.mean(erm)) / np.mean(erm):+.2f}"
     for scenario, names in per_scenario.items():
-        tests = [_significant(records, n, reproduce.Run(Scenario(*scenario), "erm", s).name) for s, n in names.items()]
+        tests = [_significant(records, n, study.PlannedRun(Scenario(*scenario), "erm", s).name) for s, n in names.items()]
         change = (np.mean([results(records, n)["metrics"]["test"]["combined"] for n in names.values()])
-                  - np.mean([results(records, reproduce.Run(Scenario(*scenario), "erm", s).name)["metrics"]["test"]["combined"]
+                  - np.mean([results(records, study.PlannedRun(Scenario(*scenario), "erm", s).name)["metrics"]["test"]["combined"]
                              for s in names]))
         up, down = any(b for b, _ in tests), any(w for _, w in tests)
         better += change > 0 and up and not down
@@ -245,9 +245,9 @@ def test_tables_11_12_recomputed_from_the_records(records, report, method):
 def test_k_search_table_and_chosen_k(report):
     text = section((report / "report.md").read_text(), "The k search")
     for method, k in CHOSEN.items():
-        row = table_row(text, method, f"{100 * K_VALID[(method, reproduce.K_GRID[0])]:.2f}")
+        row = table_row(text, method, f"{100 * K_VALID[(method, study.K_GRID[0])]:.2f}")
         assert row[-1] == str(k)
-        assert row[1:1 + len(reproduce.K_GRID)] == [f"{100 * K_VALID[(method, kk)]:.2f}" for kk in reproduce.K_GRID]
+        assert row[1:1 + len(study.K_GRID)] == [f"{100 * K_VALID[(method, kk)]:.2f}" for kk in study.K_GRID]
 
 
 def test_the_settings_count_the_runs_of_each_adamw_kernel(records, report):
@@ -259,7 +259,7 @@ def test_the_settings_count_the_runs_of_each_adamw_kernel(records, report):
 
 
 def test_erm_curve_leaves_out_the_evaluation_after_training(records):
-    run = reproduction.read_records(records).runs[reproduce.Run(Scenario("snips", "slot_value", False, "ood"), "erm", 1).name]
+    run = reproduction.read_records(records).runs[study.PlannedRun(Scenario("snips", "slot_value", False, "ood"), "erm", 1).name]
     assert valid_curve(run) == pytest.approx([100 * (v + 0.01) for v in EPOCH_CURVE[:-1]]
                                              + [100 * (EPOCH_CURVE[-1] + 0.01 + LAST_EPOCH_BUMP)])
 
@@ -268,7 +268,7 @@ def test_a_curve_with_epochs_lost_by_an_old_resume_leaves_them_blank(records, tm
     """A record of a run resumed in its third epoch before the CSV log kept earlier rows: its
     metrics.csv starts at epoch 2 (0-based). The curve has None there, not the later epochs
     shifted to the front, and the table leaves them blank and says why."""
-    name = reproduce.Run(Scenario("snips", "slot_value", False, "ood"), "erm", 1).name
+    name = study.PlannedRun(Scenario("snips", "slot_value", False, "ood"), "erm", 1).name
     shutil.copytree(records / name, tmp_path / name)
     log = (tmp_path / name / "metrics.csv").read_text().splitlines()
     (tmp_path / name / "metrics.csv").write_text("\n".join([log[0], *[line for line in log[1:] if int(line.split(",")[0]) >= 2]]) + "\n")
@@ -286,7 +286,7 @@ def test_a_curve_with_epochs_lost_by_an_old_resume_leaves_them_blank(records, tm
 def test_the_last_epoch_gains_of_every_method_compared(records, report):
     """Per method over its SNIPS runs of Parts A-C: 1 point (seed 0) or 1.2 points (seed 1) by construction."""
     text = section((report / "report.md").read_text(), "The k search")
-    design = reproduce.report_design(records)
+    design = study.report_design(records)
     snips = [n for part in ("A", "B", "C") for n in set(design.parts[part]) if n.startswith("snips-")]
     for method in ("erm", "topk", "topk_group", "group_dro"):
         seeds = [results(records, n)["seed"] for n in snips
@@ -311,8 +311,8 @@ def test_part_d_recomputed_from_the_records(records, report):
                                      read_predictions(records / plateau_run("erm").name / "predictions" / "test.jsonl.gz"),
                                      "combined", rounds=10_000, seed=0)
     assert row[7] == f"{test.p_value:.4f}"
-    fixed = results(records, reproduce.Run(reproduce.K_SEARCH_SCENARIO, "topk_group", 0, 2).name)["metrics"]["test"]
-    fixed_erm = results(records, reproduce.Run(reproduce.K_SEARCH_SCENARIO, "erm", 0).name)["metrics"]["test"]
+    fixed = results(records, study.PlannedRun(study.K_SEARCH_SCENARIO, "topk_group", 0, 2).name)["metrics"]["test"]
+    fixed_erm = results(records, study.PlannedRun(study.K_SEARCH_SCENARIO, "erm", 0).name)["metrics"]["test"]
     assert fixed["combined"] != pytest.approx(g)  # the fixed-budget run, not the Part D one
     assert row[8:] == [f"{100 * fixed['combined']:.2f}",
                        f"{100 * (fixed['combined'] - fixed_erm['combined']) / fixed_erm['combined']:+.2f}",
@@ -330,8 +330,8 @@ def test_part_e_recomputed_from_the_records(records, report):
     g, e = group["metrics"]["test"]["combined"], erm["metrics"]["test"]["combined"]
     change = f"{100 * (g - e) / e:+.2f}"
     assert table_row(text, "topk_group (k=2) = TOPK-GROUP", "1", "1", f"{100 * g:.2f}")[4] == change
-    fixed = results(records, reproduce.Run(reproduce.K_SEARCH_SCENARIO, "topk_group", 0, 2).name)["metrics"]["test"]
-    fixed_erm = results(records, reproduce.Run(reproduce.K_SEARCH_SCENARIO, "erm", 0).name)["metrics"]["test"]
+    fixed = results(records, study.PlannedRun(study.K_SEARCH_SCENARIO, "topk_group", 0, 2).name)["metrics"]["test"]
+    fixed_erm = results(records, study.PlannedRun(study.K_SEARCH_SCENARIO, "erm", 0).name)["metrics"]["test"]
     budgets = table_row(text, "topk_group (k=2) = TOPK-GROUP", "1", "1", change)  # the two budgets' table
     assert budgets[5] == f"{100 * (fixed['combined'] - fixed_erm['combined']) / fixed_erm['combined']:+.2f}"
     best = int(np.argmax(PLATEAU_CURVE)) + 1
@@ -414,7 +414,7 @@ def test_no_records_is_a_one_line_error(tmp_path, capsys):
 def test_a_record_without_metrics_is_a_one_line_error(records, tmp_path, capsys):
     broken = tmp_path / "records"
     shutil.copytree(records, broken)
-    name = reproduce.Run(Scenario("snips", "slot_value", False, "ood"), "erm", 1).name
+    name = study.PlannedRun(Scenario("snips", "slot_value", False, "ood"), "erm", 1).name
     data = results(broken, name)
     del data["metrics"]
     (broken / name / "results.json").write_text(json.dumps(data))
@@ -426,7 +426,7 @@ def test_a_record_without_metrics_is_a_one_line_error(records, tmp_path, capsys)
 def test_copied_real_record_reads_as_is(tmp_path):
     """The committed fixture is a real record of the driver, readable unchanged."""
     shutil.copytree(FIXTURE, tmp_path / "snips-slot_context-full-iid-erm-seed0")
-    text, figures = reproduction.render(reproduction.read_records(tmp_path), reproduce.report_design(tmp_path))
+    text, figures = reproduction.render(reproduction.read_records(tmp_path), study.report_design(tmp_path))
     assert "- Part A (ERM, 8 scenarios of SNIPS and ATIS, 2 seeds): 1 of 32 runs recorded" in text
     assert sorted(figures) == sorted(reproduction.FIGURES)
 
@@ -435,30 +435,30 @@ def test_the_plan_releases_part_b_with_the_chosen_k(records, tmp_path, capsys):
     """`parts` (shared by the plan and the report): 32 + 12 + 24 + 8 + 3 + 32 runs, 105 distinct (the
     k-search runs with the chosen k are Part B's seed-0 runs on the k-search scenario; Part D's runs are
     Part E's); without records, Part B waits."""
-    part_a, k_runs, part_b, part_c, part_d, part_e = reproduce.parts(records)
+    part_a, k_runs, part_b, part_c, part_d, part_e = study.parts(records)
     assert (len(part_a), len(k_runs), len(part_b), len(part_c), len(part_d), len(part_e)) == (32, 12, 24, 8, 3, 32)
     assert {r.k for r in part_b} == set(CHOSEN.values())
     assert {(r.method, r.k) for r in part_d} == {("erm", None), ("topk_group", 2), ("topk_ae", 8)}
     assert {(r.method, r.k) for r in part_e} == {("erm", None), *CHOSEN.items()}
-    names = [r.name for r in reproduce.plan(records)]
+    names = [r.name for r in study.plan(records)]
     assert len(names) == len(set(names)) == 76 + 32 - 3
     assert set(names) == {r.name for r in part_a + k_runs + part_b + part_c + part_d + part_e}
     # as compute allows, last: Part D (Part B's open question), Part E (its answer over the DRO comparison), Part C
-    assert [r.part for r in reproduce.plan(records)[-40:]] == ["D"] * 3 + ["E"] * 29 + ["C"] * 8
+    assert [r.part for r in study.plan(records)[-40:]] == ["D"] * 3 + ["E"] * 29 + ["C"] * 8
     # the DRO comparison's runs (SNIPS full drift, both seeds) before the rest of Part A
-    planned = reproduce.plan(records)
+    planned = study.plan(records)
     last_b = max(i for i, r in enumerate(planned) if r.part == "B")
     assert all(r.scenario.dataset == "snips" and not r.scenario.partial for r in planned[:last_b + 1])
-    assert [r.part for r in reproduce.plan(tmp_path)].count("B") == 0
+    assert [r.part for r in study.plan(tmp_path)].count("B") == 0
     # the others wait for their k
-    assert [r.method for r in reproduce.plan(tmp_path) if r.part in ("D", "E")] == ["erm"] * 8
+    assert [r.method for r in study.plan(tmp_path) if r.part in ("D", "E")] == ["erm"] * 8
     assert reproduce.main(["--list", "--records", str(records)]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert sum(line.startswith("recorded") for line in listed) == 8 + 12 + 9 - 3 + 4 + 2
 
 
 def test_the_reading_is_kept_when_the_report_is_rebuilt(records, tmp_path):
-    design = reproduce.report_design(records)
+    design = study.report_design(records)
     reproduction.write(records, design, tmp_path)
     assert reproduction.PLACEHOLDER in section((tmp_path / "report.md").read_text(), "Reading")
     (tmp_path / reproduction.READING).write_text("TopK agrees with the paper on 2 of 2 scenarios.\n")
@@ -481,7 +481,7 @@ def test_the_committed_report_is_what_the_committed_records_give(tmp_path):
     comes with the regenerated report."""
     docs = Path(__file__).resolve().parents[2] / "docs" / "reproduction"
     shutil.copy(docs / reproduction.READING, tmp_path)
-    reproduction.write(docs / "records", reproduce.report_design(docs / "records"), tmp_path)
+    reproduction.write(docs / "records", study.report_design(docs / "records"), tmp_path)
     for name in ("report.md", *reproduction.FIGURES):
         assert (tmp_path / name).read_bytes() == (docs / name).read_bytes(), name
 
@@ -502,7 +502,7 @@ def test_the_readme_headline_quotes_the_committed_report():
         assert row[4] == (f"{ours[13]}, {ours[15]}" if ours[13] else ""), row[0]
 
 
-ATIS_ERM = reproduce.Run(Scenario("atis", "slot_value", False, "iid"), "erm", 0).name  # in no comparison
+ATIS_ERM = study.PlannedRun(Scenario("atis", "slot_value", False, "iid"), "erm", 0).name  # in no comparison
 
 
 def _cut(path: Path, keep: int) -> None:

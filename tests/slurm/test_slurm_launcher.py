@@ -334,6 +334,32 @@ def test_a_slurm_sweeps_failed_job_is_recorded_and_relaunch_runs_the_missing_one
     assert json.loads((gone / "status.json").read_text())["slurm_job_id"]  # trained as a Slurm job
 
 
+@pytest.mark.slurm
+def test_a_studys_jobs_run_as_one_slurm_job_array_and_are_recorded(slurm, tmp_path):
+    """A 2-job study (`robustnlu.studies.runner`) with ``--batch 2 hydra/launcher=slurm``: one job
+    array of both, each trained as a Slurm job in ``<runs>/<name>/`` and recorded when the launch
+    returns. ~1-2 min."""
+    sample = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=30)
+    study = tmp_path / "my_study.py"
+    study.write_text(
+        "import sys\nfrom pathlib import Path\nfrom robustnlu.studies.runner import Job, Study, main\n"
+        "jobs = [Job(f'seed{s}', (f'seed={s}',)) for s in (1, 2)]\n"
+        "sys.exit(main(Study('slurm study', lambda records: jobs, Path('records'), Path('runs'))))\n")
+    launcher = ["hydra/launcher=slurm", "hydra.launcher.mem_gb=2", "hydra.launcher.cpus_per_task=1",
+                "hydra.launcher.timeout_min=20"]
+    tiny = [o for o in FAST if "progress" not in o] + ["trainer.max_epochs=1", *jsonl_overrides(sample)]
+    proc = subprocess.run([sys.executable, str(study), "--batch", "2", *tiny, *launcher], cwd=tmp_path,
+                          env=cli_env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert proc.stdout.count("+ python -m robustnlu -m hydra/sweeper=joblist") == 1
+    assert "2 of 2 planned jobs recorded" in proc.stdout
+    (array,) = _arrays(tmp_path / "runs")
+    assert len([p for p in (tmp_path / "runs" / ".submitit").iterdir() if p.name.startswith(f"{array}_")]) == 2
+    for name in ("seed1", "seed2"):
+        assert RunDir(tmp_path / "runs" / name).status()["slurm_job_id"]  # trained as a Slurm job
+        assert (tmp_path / "records" / name / "results.json").is_file()
+
+
 def test_local_launcher_runs_a_two_job_sweep_in_parallel(tmp_path):
     # both jobs start at once: one thread each (they inherit the driver's environment)
     sweep_dir, elapsed, proc = _sweep(tmp_path, ["hydra/launcher=local"], env={"OMP_NUM_THREADS": "1"})

@@ -1,4 +1,4 @@
-"""The reproduction report's tables (`robustnlu.analysis.reproduction` says what each computes),
+"""The reproduction report's tables (`robustnlu.studies.seqdrift_dro.report` says what each computes),
 as Markdown (`robustnlu.tables`): Table 10 beside the paper's, Tables 11-12 per method, the k
 search, ERM's valid curves, the splits, the worst cluster, the settings and the hardware."""
 
@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from robustnlu.analysis import paper_results as paper
-from robustnlu.analysis.records import Design, Records, valid_combined_by_epoch
 from robustnlu.analysis.runs import BASELINE, MIN_CLUSTER_SIZE, Run, method_order, worst_cluster
 from robustnlu.analysis.statistics import Comparison, MethodStats
 from robustnlu.metrics.registry import METRICS, REPRODUCTION_SUMMARY, relative_change
+from robustnlu.studies.seqdrift_dro import paper_results as paper
+from robustnlu.studies.seqdrift_dro.records import Design, Records, valid_combined_by_epoch
 from robustnlu.tables import fmt, markdown
 
 

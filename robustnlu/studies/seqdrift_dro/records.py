@@ -1,7 +1,7 @@
-"""The reproduction's records (`robustnlu.reproduce`) as the report reads them: a record is
-``<records>/<run name>/`` with ``results.json``, ``metrics.csv``, ``meta.json`` and
+"""The reproduction's records (written by `robustnlu.studies.runner`) as the report reads them: a
+record is ``<records>/<run name>/`` with ``results.json``, ``metrics.csv``, ``meta.json`` and
 ``predictions/{valid,test}.jsonl.gz`` (a `robustnlu.rundir.RunDir`); the run name says the
-scenario, method (with k) and seed. `Design` is what the driver planned."""
+scenario, method (with k) and seed. `Design` is what the plan holds."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ RECORD_KEYS = (*RESULTS_KEYS, ("epochs_trained", int))
 
 @dataclass(frozen=True)
 class Design:
-    """What the driver planned (`robustnlu.reproduce`): run names per part ("A", "k", "B", "C", "D", "E"), the
-    k-search runs (method → k → name) and the k chosen per method (None: search unfinished)."""
+    """What the plan holds (`robustnlu.studies.seqdrift_dro.plan`): run names per part ("A", "k",
+    "B", "C", "D", "E"), the k-search runs (method → k → name) and the k chosen per method (None:
+    search unfinished)."""
 
     parts: dict[str, list[str]]
     k_search: dict[str, dict[int, str]]
@@ -36,7 +37,7 @@ class Design:
     #: Part D's overrides in place of ``budget``'s epochs
     plateau_budget: tuple[str, ...] = ()
     #: the plateau budget's epochs, and the last-epoch change of valid COMBINED (points) below which
-    #: a run that used them all is at its plateau (`robustnlu.analysis.reproduction_tables.at_plateau`)
+    #: a run that used them all is at its plateau (`robustnlu.studies.seqdrift_dro.tables.at_plateau`)
     plateau_epochs: int = 0
     plateau_tolerance: float = 0.0
 

@@ -1,5 +1,5 @@
-"""The core paper's own numbers that the reproduction report (`robustnlu.analysis.reproduction`)
-sets beside ours, transcribed from the text extraction ../shared/papers/000_3d9eb693ef45fc92.txt
+"""The core paper's own numbers that the reproduction report
+(`robustnlu.studies.seqdrift_dro.report`) sets beside ours, transcribed from the text extraction ../shared/papers/000_3d9eb693ef45fc92.txt
 (section 5.2, Appendix D Tables 10, 12 and 14, Figure 2).
 
 The extraction lays tables out as runs of numbers without their grid; how each run was read back
