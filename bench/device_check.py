@@ -505,9 +505,14 @@ def summarise_config(config: dict[str, Any], ours: str) -> None:
     }
 
 
+#: issue 28's goals for a GPU run, on each throughput configuration: Lightning ÷ plain loop (in our
+#: precision) and our loop ÷ JointBERT's recipe, at least
+GOALS = {"lightning_vs_plain": 0.9, "ours_vs_jointbert_recipe": 3.0}
+
+
 def summary(results: dict[str, Any]) -> dict[str, Any]:
     """The headline numbers (issue 28's acceptance) from the stages' results."""
-    out: dict[str, Any] = {"device": results.get("environment", {}).get("gpu")
+    out: dict[str, Any] = {"goals": GOALS, "device": results.get("environment", {}).get("gpu")
                            or f"CPU {results.get('environment', {}).get('cpu', '?')}",
                            "torch": results.get("environment", {}).get("versions", {}).get("torch"),
                            "matmul_bf16_tflops": (results.get("matmul", {}).get("flops_per_s") or 0) / 1e12 or None,
@@ -516,10 +521,14 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
     for config in throughput.get("configs", []):
         if "variants" not in config:
             continue
-        ours = config["variants"].get(throughput["settings"]["ours"], {})
+        name = throughput["settings"]["ours"]
+        ours = config["variants"].get(name, {})
+        measured = {"lightning_vs_plain": config["ratios"][f"lightning_vs_plain_{name.rsplit('_', 1)[1]}"],
+                    "ours_vs_jointbert_recipe": config["ratios"]["ours_vs_jointbert_recipe"]}
         out["throughput"][f"{config['arch']}_b{config['batch_size']}"] = {
             "ours_examples_per_s": ours.get("examples_per_s"), "mfu": ours.get("mfu"),
-            "peak_memory_bytes": ours.get("peak_memory_bytes"), **config["ratios"]}
+            "peak_memory_bytes": ours.get("peak_memory_bytes"), **config["ratios"], **measured,
+            "goals_met": {k: None if v is None else v >= GOALS[k] for k, v in measured.items()}}
     for row in results.get("packing", {}).get("table", []):
         out["packing"][f"k{row['k']}"] = {"aggregate_examples_per_s": row["aggregate_examples_per_s"],
                                           "speedup_vs_k1": row.get("speedup_vs_k1")}
@@ -540,8 +549,11 @@ def format_table(results: dict[str, Any]) -> str:
     for name, t in s["throughput"].items():
         memory = t["peak_memory_bytes"] / 2**30 if t["peak_memory_bytes"] else None
         lines.append(f"{name:16s} {f(t['ours_examples_per_s'], '10.1f')} {f(t['mfu'], '6.3f')} {f(memory, '8.2f')} "
-                     f"{f(t['bf16_vs_fp32_lightning'], '9.2f')} {f(t['lightning_vs_plain_bf16'], '8.2f')} "
+                     f"{f(t['bf16_vs_fp32_lightning'], '9.2f')} {f(t['lightning_vs_plain'], '8.2f')} "
                      f"{f(t['ours_vs_jointbert_recipe'], '7.2f')}")
+    missed = [f"{name} {goal}" for name, t in s["throughput"].items() for goal, met in t["goals_met"].items() if met is False]
+    lines.append(f"goals: Lightning/plain >= {GOALS['lightning_vs_plain']}, ours/recipe >= "
+                 f"{GOALS['ours_vs_jointbert_recipe']}: " + (f"missed by {', '.join(missed)}" if missed else "met"))
     if s["packing"]:
         lines.append("packing: " + ", ".join(f"K={k[1:]} {v['aggregate_examples_per_s']:.0f} ex/s "
                                              f"(x{f(v['speedup_vs_k1'], '.2f')})" for k, v in s["packing"].items()))

@@ -191,9 +191,8 @@ def run_plain(
     loss, running_loss = torch.zeros(()), 0.0
     for step, batch in enumerate(batches):
         clock.at_step_start(step)
-        batch = _to(batch, device)
         with region("step"):
-            loss = plain_step(module, optimizer, scheduler, params, batch, clip, precision == BF16, region)
+            loss = plain_step(module, optimizer, scheduler, params, _to(batch, device), clip, precision == BF16, region)
         if recipe:
             running_loss += loss.item()
     return RunTiming("recipe" if recipe else "plain", padding, clock.last - clock.first, examples, clock.seconds,
@@ -207,7 +206,7 @@ class _LightningProbe(pl.Callback):
     def __init__(self, clock: SteadyClock):
         self.clock = clock
         self.setup: dict[str, Any] = {}
-        self.final_loss = float("nan")
+        self.final_loss: torch.Tensor | None = None  # read after the run: no host sync inside it
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.setup = _optimizer_setup(trainer.optimizers[0], trainer.estimated_stepping_batches,
@@ -218,7 +217,7 @@ class _LightningProbe(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if batch_idx == self.clock.last:
-            self.final_loss = float(outputs["loss"].detach())
+            self.final_loss = outputs["loss"].detach()
 
 
 def build_bench_trainer(cfg: DictConfig, callbacks: list[pl.Callback], device: torch.device, root: str,
@@ -256,4 +255,5 @@ def run_lightning(
     if trainer.global_step != len(batches):
         raise RuntimeError(f"Lightning took {trainer.global_step} optimizer steps for {len(batches)} batches")
     return RunTiming("lightning", padding, clock.last - clock.first, examples, clock.seconds, clock.cpu_busy,
-                     clock.others_busy, probe.final_loss, probe.setup, trainer.precision)
+                     clock.others_busy, float("nan") if probe.final_loss is None else float(probe.final_loss),
+                     probe.setup, trainer.precision)

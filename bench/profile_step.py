@@ -7,8 +7,9 @@ gradient clipping, the optimizer (its update and scheduler; in Lightning also th
 the training step inside ``optimizer.step``), zero_grad; in Lightning also ``training_step``'s own
 work (the non-finite check and the epoch's loss sums). Each part's time is exclusive: its region's
 time less that of the labelled regions inside it; ``other`` is the rest of the step (Lightning's
-loop and hooks; nothing much in the plain loop). Per step: CPU milliseconds and, on a GPU, the
-device milliseconds of the kernels the part launched.
+loop and hooks, from one batch's start to the next's; in the plain loop the batch's move to the
+device). Per step: CPU milliseconds and, on a GPU, the device milliseconds of the kernels the
+part launched.
 
 Host synchronisations (`HostSyncs`, a separate pass of each loop, since the counting is slow): the
 operations that make the host wait for the device on a GPU, each by the source line that called it:
@@ -48,19 +49,25 @@ def region(part: str):
 
 
 class _StepRegion(pl.Callback):
-    """The whole Lightning step (batch start to batch end) as the region ``step``."""
+    """Each Lightning step as the region ``step``, from one batch's start to the next's: with all
+    that Lightning does between them (its logger connector's per-step work, fetching the next
+    batch and moving it to the device), as the plain loop's ``step`` includes the batch's move."""
 
     def __init__(self):
         self.open: record_function | None = None
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self.open = region("step")
-        self.open.__enter__()
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+    def _close(self) -> None:
         if self.open is not None:
             self.open.__exit__(None, None, None)
             self.open = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._close()
+        self.open = region("step")
+        self.open.__enter__()
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._close()
 
 
 @contextlib.contextmanager
@@ -168,8 +175,8 @@ def _short(path: str) -> str:
 
 
 class StepWindow(pl.Callback):
-    """Whether the step now running is past the warm-up: fed by the Lightning loop's hooks, or by
-    `region` as the plain loop's ``region`` (its ``step`` regions count the steps)."""
+    """Whether a step past the warm-up is running: fed by the Lightning loop's hooks (from a batch's
+    start to the next's), or by `region` as the plain loop's ``region`` (inside its ``step`` regions)."""
 
     def __init__(self, warmup: int):
         self.warmup, self.steps, self.on = warmup, 0, False
@@ -178,10 +185,16 @@ class StepWindow(pl.Callback):
         self.on = self.steps >= self.warmup
         self.steps += 1
 
+    @contextlib.contextmanager
+    def _step(self) -> Iterator[None]:
+        self._start()
+        try:
+            yield
+        finally:
+            self.on = False
+
     def region(self, part: str) -> contextlib.AbstractContextManager:
-        if part == "step":
-            self._start()
-        return contextlib.nullcontext()
+        return self._step() if part == "step" else contextlib.nullcontext()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._start()

@@ -87,6 +87,9 @@ def test_throughput_runs_and_ratios_are_those_of_the_runs(check):
     assert r["ours_vs_jointbert_recipe"] == pytest.approx(v[settings["ours"]] / v["recipe_fp32"])
     headline = results["summary"]["throughput"]["tiny_b32"]
     assert headline["ours_examples_per_s"] == v[settings["ours"]] and headline["mfu"] == config["variants"][settings["ours"]]["mfu"]
+    precision = settings["ours"].rsplit("_", 1)[1]
+    assert headline["goals_met"] == {"lightning_vs_plain": r[f"lightning_vs_plain_{precision}"] >= 0.9,
+                                     "ours_vs_jointbert_recipe": r["ours_vs_jointbert_recipe"] >= 3.0}
 
 
 def test_k_processes_aggregate_their_examples_per_second(check):
