@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install run noise-study efficiency-study reproduce reproduction-report test test-wheel test-slow test-gpu bench clean
+.PHONY: install run noise-study efficiency-study reproduce reproduction-report test test-wheel test-slow test-gpu bench device-wheels device-check clean
 
 install: $(STAMP)
 
@@ -76,6 +76,20 @@ test-gpu: install
 # Speed and memory goals, printed as ratios measured side by side in one run.
 bench: install
 	$(PY) -m bench
+
+# What a lent GPU machine lacks (hydra-core, omegaconf, antlr4, seqeval, at this venv's versions) and the
+# embedded tokenizer without its weights, as wheels in .whl/ (git-ignored, about 0.7 MiB), which the
+# device call carries (bench/DEVICE.md); prints their sizes.
+device-wheels: install
+	$(PY) -m bench.device_wheels
+
+# The GPU check (issue 28, bench/device_check.py): throughput, MFU, memory, K runs per GPU, the user's
+# command killed, resumed and predicting, the step's profile, torch.compile, pytest -m gpu; one JSON and
+# a log in $$OUT, else bench/results/latest-device/. Without CUDA its CPU variant (the tiny encoder; the
+# default suite runs it). On a lent GPU the device call runs the script itself, after make device-wheels:
+#   command "PYTHONUNBUFFERED=1 python3 -m bench.device_check --out $$OUT --budget 460", carry [".whl"], timeout_s 540
+device-check: install
+	$(PY) -m bench.device_check
 
 clean:
 	rm -rf outputs multirun .pytest_cache

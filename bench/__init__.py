@@ -57,4 +57,11 @@ attempt counts; if a counted run was still disturbed, the table says the ratios 
 Output: a table of ratios with goal and PASS/MISS on stdout; every number (per run timings,
 settings, versions) in ``bench/results/latest.json``, written atomically. A MISS does not fail
 the process; a crash does (exit status 1, with whatever was measured still written).
+
+The GPU check
+-------------
+``make device-check`` (`bench.device_check`, on a lent GPU machine through the device call of
+bench/DEVICE.md) measures the GPU path with the same loops and workload: throughput of the MiniLM
+and BERT-base architectures, MFU, memory, several runs per GPU, the CLI run, the step's profile and
+``torch.compile``; ``make device-wheels`` (`bench.device_wheels`) prepares what it carries.
 """

@@ -9,6 +9,7 @@ the progress bar off. Both train a module with the optimizer and schedule of
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 import time
@@ -26,7 +27,7 @@ from torch.utils.data import DataLoader
 
 from bench.contention import system_busy_seconds
 from robustnlu.module import SLUModule
-from robustnlu.precision import resolve_precision
+from robustnlu.precision import BF16, FP32, fp32, resolve_precision
 from robustnlu.train import lightning_arguments
 
 Batch = dict[str, torch.Tensor]
@@ -81,7 +82,7 @@ class SteadyClock:
 
 @dataclass
 class RunTiming:
-    loop: str  # "plain" | "lightning"
+    loop: str  # "plain" | "lightning" | "recipe" (`run_plain`'s JointBERT recipe)
     padding: str  # "dynamic" | "fixed"
     timed_steps: int
     timed_examples: int
@@ -135,32 +136,68 @@ def _to(batch: Mapping[str, torch.Tensor], device: torch.device) -> Batch:
     return {k: v.to(device) for k, v in batch.items()}
 
 
-def plain_step(module: SLUModule, optimizer, scheduler, params, batch: Batch, clip: float) -> torch.Tensor:
-    """One training step of the plain loop; returns the loss."""
-    output = module.model(batch)
-    loss = module.objective(module.model.task_losses(output, batch))
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, clip)
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad()
+def no_region(name: str) -> contextlib.AbstractContextManager:
+    """`plain_step`'s default ``region``: none (`bench.profile_step` names the parts instead)."""
+    return contextlib.nullcontext()
+
+
+def plain_step(module: SLUModule, optimizer, scheduler, params, batch: Batch, clip: float, bf16: bool = False,
+               region=no_region) -> torch.Tensor:
+    """One training step of the plain loop; returns the loss. ``bf16``: the forward pass and the
+    losses under bf16 autocast, as Lightning's ``bf16-mixed`` runs ``SLUModule.training_step``, and
+    the objective in float32 as there. ``region(part)``: a context around each part of the step."""
+    device = batch["input_ids"].device
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        with region("forward"):
+            output = module.model(batch)
+        with region("losses"):
+            losses = module.model.task_losses(output, batch)
+        with region("objective"), fp32(device):
+            loss = module.objective(losses)
+    with region("backward"):
+        loss.backward()
+    with region("clip"):
+        torch.nn.utils.clip_grad_norm_(params, clip)
+    with region("optimizer"):
+        optimizer.step()
+        scheduler.step()
+    with region("zero_grad"):
+        optimizer.zero_grad()
     return loss
 
 
 def run_plain(
-    module: SLUModule, batches: Sequence[Batch], warmup: int, clip: float, device: torch.device, padding: str
+    module: SLUModule, batches: Sequence[Batch], warmup: int, clip: float, device: torch.device, padding: str,
+    precision: str = FP32, recipe: bool = False, region=no_region,
 ) -> RunTiming:
-    """forward → loss → backward → clip → optimizer step → scheduler step → zero_grad, once per batch."""
+    """forward → loss → backward → clip → optimizer step → scheduler step → zero_grad, once per batch,
+    in ``precision`` (``32-true`` or ``bf16-mixed``, as Lightning's).
+
+    ``recipe``: the training loop of JointBERT's code (Chen et al. 2019) on our model: its AdamW a
+    Python loop over the parameters (transformers' AdamW then; PyTorch's single-tensor AdamW here,
+    not the fused or multi-tensor kernels) and the loss read on the host every step (``.item()``, its
+    running loss). The caller gives it float32 and batches padded to its 50 tokens."""
+    if precision not in (FP32, BF16):
+        raise ValueError(f"the plain loop runs in {FP32} or {BF16}, not {precision}")
     module.to(device).train()
+    if recipe:
+        module.hparams.optimizer = {**module.hparams.optimizer, "fused": False}
     optimizer, scheduler = configured_optimizer(module, len(batches))
+    if recipe:
+        for group in optimizer.param_groups:
+            group.update(fused=False, foreach=False)
     params = [p for g in optimizer.param_groups for p in g["params"]]
     clock, examples = _clock_for(batches, warmup, device)
-    loss = torch.zeros(())
+    loss, running_loss = torch.zeros(()), 0.0
     for step, batch in enumerate(batches):
         clock.at_step_start(step)
-        loss = plain_step(module, optimizer, scheduler, params, _to(batch, device), clip)
-    return RunTiming("plain", padding, clock.last - clock.first, examples, clock.seconds, clock.cpu_busy,
-                     clock.others_busy, float(loss.detach()), _optimizer_setup(optimizer, len(batches), clip))
+        with region("step"):
+            loss = plain_step(module, optimizer, scheduler, params, _to(batch, device), clip, precision == BF16, region)
+        if recipe:
+            running_loss += loss.item()
+    return RunTiming("recipe" if recipe else "plain", padding, clock.last - clock.first, examples, clock.seconds,
+                     clock.cpu_busy, clock.others_busy, float(loss.detach()),
+                     _optimizer_setup(optimizer, len(batches), clip), precision)
 
 
 class _LightningProbe(pl.Callback):
@@ -169,7 +206,7 @@ class _LightningProbe(pl.Callback):
     def __init__(self, clock: SteadyClock):
         self.clock = clock
         self.setup: dict[str, Any] = {}
-        self.final_loss = float("nan")
+        self.final_loss: torch.Tensor | None = None  # read after the run: no host sync inside it
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.setup = _optimizer_setup(trainer.optimizers[0], trainer.estimated_stepping_batches,
@@ -180,7 +217,7 @@ class _LightningProbe(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if batch_idx == self.clock.last:
-            self.final_loss = float(outputs["loss"].detach())
+            self.final_loss = outputs["loss"].detach()
 
 
 def build_bench_trainer(cfg: DictConfig, callbacks: list[pl.Callback], device: torch.device, root: str,
@@ -206,16 +243,17 @@ def build_bench_trainer(cfg: DictConfig, callbacks: list[pl.Callback], device: t
 
 def run_lightning(
     cfg: DictConfig, module: SLUModule, batches: Sequence[Batch], warmup: int, device: torch.device, padding: str,
-    precision: str | None = None,
+    precision: str | None = None, callbacks: Sequence[pl.Callback] = (),
 ) -> RunTiming:
     """One epoch of ``trainer.fit`` over ``DataLoader(batches, batch_size=None)``, in ``precision``
-    (default: ``trainer.precision``)."""
+    (default: ``trainer.precision``), with ``callbacks`` besides the clock's."""
     clock, examples = _clock_for(batches, warmup, device)
     probe = _LightningProbe(clock)
     with tempfile.TemporaryDirectory(prefix="robustnlu-bench-pl-") as root:
-        trainer = build_bench_trainer(cfg, [probe], device, root, precision)
+        trainer = build_bench_trainer(cfg, [probe, *callbacks], device, root, precision)
         trainer.fit(module, train_dataloaders=DataLoader(list(batches), batch_size=None, shuffle=False))
     if trainer.global_step != len(batches):
         raise RuntimeError(f"Lightning took {trainer.global_step} optimizer steps for {len(batches)} batches")
     return RunTiming("lightning", padding, clock.last - clock.first, examples, clock.seconds, clock.cpu_busy,
-                     clock.others_busy, probe.final_loss, probe.setup, trainer.precision)
+                     clock.others_busy, float("nan") if probe.final_loss is None else float(probe.final_loss),
+                     probe.setup, trainer.precision)

@@ -29,8 +29,9 @@ def cli_args(train_batches: int, eval_batches: int, run_dir: Path, extra: Sequen
 
 def run_child(argv: Sequence[str], timeout_s: float = 600) -> dict[str, Any]:
     """Run ``python -m <argv>`` in a child process from the repository root and return its exit
-    code, wall time, full output and peak RSS, as the child itself reads it (`bench.child`), so
-    neither this process nor anything else on the machine is counted."""
+    code (``timed_out``: killed after ``timeout_s``), wall time, full output and peak RSS, as the
+    child itself reads it (`bench.child`), so neither this process nor anything else on the
+    machine is counted."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     with tempfile.TemporaryDirectory(prefix="robustnlu-bench-") as tmp:
         peak_file = Path(tmp) / "peak_rss"
@@ -38,16 +39,17 @@ def run_child(argv: Sequence[str], timeout_s: float = 600) -> dict[str, Any]:
             started = time.perf_counter()
             proc = subprocess.Popen([sys.executable, "-m", "bench.child", str(peak_file), *argv],
                                     cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+            timed_out = False
             try:
                 returncode = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                returncode = proc.wait()
+                returncode, timed_out = proc.wait(), True
             wall = time.perf_counter() - started
             log.seek(0)
             output = log.read().decode(errors="replace")
         peak = int(peak_file.read_text()) if peak_file.exists() else 0
-    return {"returncode": returncode, "wall_s": wall, "output": output, "peak_rss_bytes": peak}
+    return {"returncode": returncode, "timed_out": timed_out, "wall_s": wall, "output": output, "peak_rss_bytes": peak}
 
 
 def peak_rss_of_training_run(train_batches: int, eval_batches: int, extra: Sequence[str] = (),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
@@ -83,3 +84,19 @@ def token_stats(batches: Sequence[dict[str, torch.Tensor]]) -> dict[str, float]:
         "mean_seq_len": sum(b["input_ids"].size(1) for b in batches) / n,
         "max_seq_len": max((b["input_ids"].size(1) for b in batches), default=0),
     }
+
+
+def bucketed(batch: dict[str, torch.Tensor], multiple: int, pad_values: dict[str, float]) -> dict[str, torch.Tensor]:
+    """``batch`` padded further: its token dimension (``input_ids``, ``attention_mask``) and its word
+    dimension (``word_index``, ``word_mask``, ``slot_labels``) each up to a multiple of ``multiple``,
+    with the collator's pad values (``Collator.pad_values``, 0 where none is listed). Length buckets:
+    a few shapes instead of one per longest utterance, so that ``torch.compile`` compiles few graphs.
+    The losses are those of ``batch``: the padding is masked (a padded word gathers token 0 and has
+    no label)."""
+    out = {}
+    for key, tensor in batch.items():
+        if tensor.dim() == 2:
+            length = tensor.size(1)
+            tensor = F.pad(tensor, (0, -(-length // multiple) * multiple - length), value=pad_values.get(key, 0))
+        out[key] = tensor
+    return out

@@ -24,7 +24,7 @@ import json
 import platform
 import sys
 import time
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -77,7 +77,21 @@ SUMMARY_METRICS = RUN_SUMMARY
 
 
 def versions() -> dict[str, str]:
-    return {"python": platform.python_version(), **{p: version(p) for p in PACKAGES}}
+    return {"python": platform.python_version(), **{p: package_version(p) for p in PACKAGES}}
+
+
+def package_version(package: str) -> str:
+    """The installed distribution's version; robustnlu's own from the package where it is run from a
+    checkout without being installed (``python -m robustnlu`` in the repository, as on a GPU machine
+    that the checkout is copied to: bench/DEVICE.md)."""
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        if package != "robustnlu":
+            raise
+        import robustnlu
+
+        return robustnlu.__version__
 
 
 def wandb_save_dir(out_dir: Path) -> Path:

