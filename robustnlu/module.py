@@ -39,6 +39,7 @@ from robustnlu.data.utterance import LabelVocab
 from robustnlu.distributed import gather_task_losses
 from robustnlu.errors import ConfigError, DataError, NonFiniteLoss
 from robustnlu.metrics import SLUMetrics
+from robustnlu.metrics.slu import WORST_GROUP_ID
 from robustnlu.model.encoders import encoder_from_config
 from robustnlu.model.jointbert import JointBERT, TaskLosses
 from robustnlu.model.spec import ModelSpec
@@ -68,7 +69,8 @@ class SLUModule(pl.LightningModule):
         rebuilt from ``encoder_config``. ``on_nonfinite``: one of `ON_NONFINITE` (a training
         setting, not stored with the model)."""
         super().__init__()
-        self.save_hyperparameters(ignore=["encoder", "on_nonfinite"])
+        # not logged: the loggers get the run's whole config, flat (`robustnlu.dashboard.run_config`)
+        self.save_hyperparameters(ignore=["encoder", "on_nonfinite"], logger=False)
         if on_nonfinite not in ON_NONFINITE:
             raise ConfigError(f"trainer.on_nonfinite: expected one of {', '.join(ON_NONFINITE)} (got {on_nonfinite})")
         self.on_nonfinite = on_nonfinite
@@ -248,8 +250,9 @@ class SLUModule(pl.LightningModule):
     def on_train_epoch_end(self) -> None:
         slot, intent, n = self.task_loss_sums.tolist()
         loss, n_loss = self.loss_sums.tolist()
+        state = {f"objective/{k}": v for k, v in self.objective.logged_state().items()}
         self.log_dict({"train/slot_loss": slot / max(n, 1), "train/intent_loss": intent / max(n, 1),
-                       "train/loss_epoch": loss / max(n_loss, 1)}, sync_dist=True)
+                       "train/loss_epoch": loss / max(n_loss, 1), **state}, sync_dist=True)
         self.task_loss_sums = torch.zeros(3, device=self.device)
         self.loss_sums = torch.zeros(2, device=self.device)
 
@@ -317,7 +320,9 @@ class SLUModule(pl.LightningModule):
     def _eval_epoch_end(self, split: str) -> None:
         metrics = self.metrics.compute()
         self.metrics.reset()
-        headline = {f"{split}/{k}": v for k, v in metrics.items() if not k.startswith("group/")}
+        # a cluster id is no curve: results.json and the W&B summary keep it
+        headline = {f"{split}/{k}": v for k, v in metrics.items()
+                    if not k.startswith("group/") and k != WORST_GROUP_ID}
         if split == "valid" and self.selection_rows:
             rows = torch.cat(self.selection_rows).cpu()
             rows = rows[rows[:, 0].argsort()]  # dataset order: the same example in the same column every time

@@ -8,14 +8,21 @@ valid → test drop), relative_change.{md,csv} (relative change to ERM and the p
 randomization tests), significance_counts.{md,csv} (scenarios significantly better / worse than
 ERM per method), fig1a_drop.png, fig1bc_counts.png and report.md tying them together.
 
-With ``--wandb`` the report is also logged to Weights & Biases, after it is written: a run of
-job type ``report`` (project ``--wandb-project``, default robustnlu) holding the report files as
-one artifact of type ``report`` (``--wandb-artifact``, default study-report) and the three tables
-as W&B tables. Offline by default (``--wandb-mode offline``): the run is written under
-``<out>/wandb/offline-run-*`` and uploaded later with ``wandb sync <that folder>`` (printed);
-``--wandb-mode online`` needs ``wandb login`` (without it: a one-line error, exit status 2, the
-report itself already written). The artifact holds the report files only, never
-``<out>/wandb/`` itself.
+With ``--wandb`` the report is also logged to Weights & Biases, after it is written, beside the
+runs it summarises: one run of job type ``report`` per W&B group of the runs (the group each run
+logged into, by default its scenario: conf/logger/wandb.yaml), named ``<group>-report``, in the
+runs' project (``--wandb-project`` to choose another; robustnlu for runs logged without W&B). Its
+config names the runs (``runs``: their W&B names) and carries the study's axes they share under
+the training runs' keys (``scenario``, ``dataset.name``, ``drift.kind``, ...: `AXES`), so a
+dashboard grouped by group or by an axis shows the report's tables next to the runs: the group's
+rows of table10_metrics and relative_change, and significance_counts whole; the report files are
+an artifact of type ``report`` (``--wandb-artifact``, default study-report; the same files in every
+group). Offline by default (``--wandb-mode offline``): when the runs logged into one W&B folder
+(a sweep's ``<sweep dir>/wandb/``) the report's runs go there too, so that ``wandb sync`` of that
+folder uploads runs and report together; otherwise under ``<out>/wandb/``; the ``wandb sync``
+command is printed. ``--wandb-mode online`` needs ``wandb login`` (without it: a one-line error,
+exit status 2, the report itself already written). The artifact holds the report files only,
+never a W&B folder.
 
 Each of a method's models is tested against the ERM model of the same seed (utterances paired by
 uid); the decision rule and the family-wise error are described in
@@ -30,16 +37,25 @@ import argparse
 import csv
 import math
 import sys
+from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from robustnlu.analysis.runs import MIN_CLUSTER_SIZE, run_dirs_under
+from omegaconf import OmegaConf
+
+from robustnlu.analysis.runs import Run, run_dirs_under
 from robustnlu.errors import RobustNLUError, entry_point
 from robustnlu.extras import require
 from robustnlu.io import check_outputs
+from robustnlu.metrics.registry import MIN_CLUSTER_SIZE
 
 
 TABLES = ("table10_metrics", "relative_change", "significance_counts")
+#: the tables whose rows are per scenario (their first columns name it), split among the groups
+SCENARIO_TABLES = ("table10_metrics", "relative_change")
+#: the study's axes, as keys of a training run's W&B config (`robustnlu.dashboard.run_config`)
+AXES = ("scenario", "dataset.name", "drift.kind", "drift.partial", "validation.kind")
 
 
 def _cell(value: str) -> Any:
@@ -53,39 +69,89 @@ def _cell(value: str) -> Any:
     return None if math.isnan(number) else number
 
 
-def _csv_table(path: Path) -> Any:
-    import wandb
-
+def _read_csv(path: Path) -> list[list[str]]:
     with open(path, newline="") as handle:
-        rows = list(csv.reader(handle))
-    return wandb.Table(columns=rows[0], data=[[_cell(v) for v in row] for row in rows[1:]],
-                       allow_mixed_types=True)
+        return list(csv.reader(handle))
 
 
-def log_to_wandb(out: Path, files: list[Path], *, mode: str, project: str, artifact_name: str,
-                 config: dict[str, Any], summary: dict[str, Any]) -> Path:
-    """Log the written report as a W&B run of job type ``report``: the files as one artifact
-    (type ``report``), the CSV tables as W&B tables, ``summary`` as the run summary. The run's
-    own files go to ``<out>/wandb/``; only ``files`` are added to the artifact (by name, so the
-    artifact never includes the W&B folder). Returns the run's folder (``wandb sync`` it)."""
+def _wandb_logger(run: Run) -> dict[str, Any]:
+    """The run's ``logger.wandb`` config, {} if it logged without W&B."""
+    return (run.results.get("config", {}).get("logger") or {}).get("wandb") or {}
+
+
+def wandb_groups(runs: Sequence[Run]) -> dict[str, list[Run]]:
+    """The runs by the W&B group each logged into (``logger.wandb.group`` of its config), for a
+    run logged without W&B its scenario's name (the group conf/logger/wandb.yaml gives); sorted."""
+    groups: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        groups[_wandb_logger(run).get("group") or run.scenario.name].append(run)
+    return dict(sorted(groups.items()))
+
+
+def shared_axes(runs: Sequence[Run]) -> dict[str, Any]:
+    """The `AXES` whose value (in the runs' config) every one of ``runs`` shares."""
+    values = [{key: OmegaConf.select(OmegaConf.create(run.results.get("config", {})), key) for key in AXES}
+              for run in runs]
+    return {key: values[0][key] for key in AXES
+            if values[0][key] is not None and all(v[key] == values[0][key] for v in values)}
+
+
+def wandb_folder(runs: Sequence[Run], out: Path) -> Path:
+    """Where the report's W&B runs go (into ``<folder>/wandb/``): where the runs' own W&B runs
+    are (their ``wandb.json``) when that is one folder outside every run directory,
+    e.g. a sweep's; else ``out``."""
+    records = [run.dir.wandb_record() for run in runs]
+    folders = {Path(r["dir"]).parent.parent.resolve() for r in records if r}
+    if len(folders) != 1 or None in records:
+        return out
+    (folder,) = folders
+    run_dirs = [d.resolve() for d in run_dirs_under([run.path for run in runs])]
+    inside = any(folder == d or d in folder.parents for d in run_dirs)  # a single run's own wandb/
+    return out if inside or not folder.is_dir() else folder
+
+
+def wandb_project(runs: Sequence[Run]) -> str:
+    """The W&B project the runs logged into, if they all logged into one; else robustnlu."""
+    projects = {_wandb_logger(run).get("project") for run in runs}
+    return projects.pop() if len(projects) == 1 and None not in projects else "robustnlu"
+
+
+def log_to_wandb(out: Path, files: list[Path], runs: Sequence[Run], *, mode: str, project: str,
+                 artifact_name: str, config: dict[str, Any], summary: dict[str, Any]) -> list[Path]:
+    """Log the written report as one W&B run of job type ``report`` per W&B group of ``runs``
+    (module docstring), in `wandb_folder`: the files as one artifact (type ``report``), the
+    group's rows of the CSV tables as W&B tables, ``summary`` and the group's counts of runs and
+    scenarios as the run summary. Returns the runs' folders (``wandb sync`` them)."""
     import wandb
 
-    run = wandb.init(project=project, job_type="report", dir=str(out), mode=mode, config=config,
-                     name=artifact_name)
-    try:
-        run_dir = Path(run.dir).parent  # <out>/wandb/{offline-,}run-<time>-<id>
-        artifact = wandb.Artifact(artifact_name, type="report",
-                                  description="robustnlu study report: tables, figures and report.md",
-                                  metadata=config)
-        for path in files:
-            artifact.add_file(str(path), name=Path(path).name)
-        run.log_artifact(artifact)
-        by_name = {Path(p).name: Path(p) for p in files}
-        run.log({name: _csv_table(by_name[f"{name}.csv"]) for name in TABLES if f"{name}.csv" in by_name})
-        run.summary.update(summary)
-    finally:
-        run.finish()
-    return run_dir
+    by_name = {Path(p).name: Path(p) for p in files}
+    tables = {name: _read_csv(by_name[f"{name}.csv"]) for name in TABLES if f"{name}.csv" in by_name}
+    folder = wandb_folder(runs, out)
+    folders = []
+    for group, members in wandb_groups(runs).items():
+        scenarios = {(s.dataset, s.drift, s.amount, s.validation) for s in (r.scenario for r in members)}
+        names = [record["name"] for record in (r.dir.wandb_record() for r in members) if record]
+        run = wandb.init(project=project, group=group, job_type="report", name=f"{group}-report",
+                         dir=str(folder), mode=mode, config={**config, **shared_axes(members), "runs": names})
+        try:
+            folders.append(Path(run.dir).parent)  # <folder>/wandb/{offline-,}run-<time>-<id>
+            artifact = wandb.Artifact(artifact_name, type="report",
+                                      description="robustnlu study report: tables, figures and report.md",
+                                      metadata=config)
+            for path in files:
+                artifact.add_file(str(path), name=Path(path).name)
+            run.log_artifact(artifact)
+            logged = {}
+            for name, (head, *rows) in tables.items():
+                if name in SCENARIO_TABLES:
+                    rows = [row for row in rows if tuple(row[:4]) in scenarios]
+                logged[name] = wandb.Table(columns=head, data=[[_cell(v) for v in row] for row in rows],
+                                           allow_mixed_types=True)
+            run.log(logged)
+            run.summary.update({**summary, "n_runs": len(members), "n_scenarios": len(scenarios)})
+        finally:
+            run.finish()
+    return folders
 
 
 @entry_point
@@ -106,11 +172,13 @@ def main(argv: list[str] | None = None) -> int:
                              f"(default {MIN_CLUSTER_SIZE})")
     wb = parser.add_argument_group("Weights & Biases")
     wb.add_argument("--wandb", action="store_true",
-                    help="also log the report as a W&B artifact (type report) in a run of job type report")
+                    help="also log the report to W&B: per W&B group of the runs, a run of job type report "
+                         "with the group's tables and the report files as an artifact (type report)")
     wb.add_argument("--wandb-mode", choices=("offline", "online"), default="offline",
-                    help="offline (default: written under <out>/wandb/, upload later with wandb sync) "
-                         "or online (needs wandb login)")
-    wb.add_argument("--wandb-project", default="robustnlu", help="W&B project (default robustnlu)")
+                    help="offline (default: written beside the runs' W&B files when they share one folder, "
+                         "else under <out>/wandb/; upload later with wandb sync) or online (needs wandb login)")
+    wb.add_argument("--wandb-project", default=None,
+                    help="W&B project (default: the runs' project; robustnlu if they logged into none or several)")
     wb.add_argument("--wandb-artifact", default="study-report", help="artifact name (default study-report)")
     args = parser.parse_args(argv)
     if args.wandb:
@@ -129,22 +197,24 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(study.incomplete)} failed or unfinished; wrote {len(written)} files to {args.out} "
           f"(see {args.out / 'report.md'})")
     if args.wandb:
-        config = {"dirs": [str(d) for d in args.dirs], "alpha": args.alpha, "rounds": args.rounds,
-                  "seed": args.seed, "rule": args.rule}
-        summary = {"n_runs": len(study.runs), "n_incomplete": len(study.incomplete),
-                   "n_scenarios": n_scenarios}
+        # under report.*: a training run's config has its own seed
+        config = {"report.dirs": [str(d) for d in args.dirs], "report.alpha": args.alpha,
+                  "report.rounds": args.rounds, "report.seed": args.seed, "report.rule": args.rule}
+        summary = {"n_incomplete": len(study.incomplete)}
+        project = args.wandb_project or wandb_project(study.runs)
         import wandb.errors
 
         try:
-            run_dir = log_to_wandb(args.out, written, mode=args.wandb_mode, project=args.wandb_project,
-                                   artifact_name=args.wandb_artifact, config=config, summary=summary)
+            run_dirs = log_to_wandb(args.out, written, study.runs, mode=args.wandb_mode, project=project,
+                                    artifact_name=args.wandb_artifact, config=config, summary=summary)
         except wandb.errors.Error as err:  # e.g. online without `wandb login`
             raise RobustNLUError(f"W&B: {err} (the report itself is in {args.out})") from err
         if args.wandb_mode == "offline":
-            print(f"W&B: offline run with artifact {args.wandb_artifact!r} in {run_dir}; upload it with\n"
-                  f"  wandb sync {run_dir}")
+            print(f"W&B: {len(run_dirs)} offline report runs with artifact {args.wandb_artifact!r} in project "
+                  f"{project!r}; upload them with\n" + "\n".join(f"  wandb sync {d}" for d in run_dirs))
         else:
-            print(f"W&B: logged artifact {args.wandb_artifact!r} to project {args.wandb_project!r}")
+            print(f"W&B: logged {len(run_dirs)} report runs with artifact {args.wandb_artifact!r} "
+                  f"to project {project!r}")
     return 0
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -48,7 +47,6 @@ from robustnlu.paths import upgrade_run_config
 from robustnlu.rundir import LAST_CHECKPOINT, RunDir
 from robustnlu.sweep_jobs import NEUTRAL_SETTINGS, under
 
-WANDB_RECORD = "wandb.json"
 #: a setting absent from one of the two configs
 ABSENT = "<absent>"
 #: the checkpoint callback a run config names, as its current equal: Lightning's `ModelCheckpoint`,
@@ -194,14 +192,15 @@ def record_wandb_run(out_dir: Path, trainer) -> None:
     for lg in trainer.loggers:
         if isinstance(lg, WandbLogger) and trainer.is_global_zero:
             run = lg.experiment
-            atomic_write_json(out_dir / WANDB_RECORD, {"id": run.id, "name": run.name, "dir": str(Path(run.dir).parent)})
+            atomic_write_json(RunDir(out_dir).wandb_file,
+                              {"id": run.id, "name": run.name, "dir": str(Path(run.dir).parent)})
 
 
 def wandb_run_id(out_dir: Path) -> str | None:
     """The id of the W&B run this run logged into (`record_wandb_run`), so that a resumed run
     logs into the same W&B run."""
-    record = out_dir / WANDB_RECORD
-    return json.loads(record.read_text())["id"] if record.is_file() else None
+    record = RunDir(out_dir).wandb_record()
+    return record["id"] if record else None
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:

@@ -16,6 +16,8 @@ A training run's directory (Hydra's runtime output dir, `robustnlu.train`) holds
 - ``checkpoints/``: the best checkpoint (``results.json`` names it) and, while the run is
   unfinished, ``last.ckpt`` for ``resume=true``;
 - ``csv/metrics.csv``, the per-epoch log (a study's record keeps it as ``metrics.csv``);
+- with ``logger=wandb``, ``wandb.json``: the id, name and folder of the run's W&B run (its files
+  in the run's ``wandb/``, or a sweep's ``<sweep dir>/wandb/``);
 - with noise suites, ``robustness.json`` and ``robustness.md`` (`robustnlu.evaluate`);
 - a study's record's ``meta.json`` (command, hardware, wall time: `robustnlu.studies.runner`).
 """
@@ -44,6 +46,7 @@ CONFIG = "config.yaml"
 META = "meta.json"
 ROBUSTNESS = "robustness.json"
 TRACEBACK = "traceback.txt"
+WANDB = "wandb.json"
 #: Hydra's record of the task overrides a run or job was started with
 HYDRA_OVERRIDES = Path(".hydra") / "overrides.yaml"
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
@@ -105,6 +108,11 @@ class RunDir:
     def robustness_file(self) -> Path:
         """``robustness.json``: the noise suites' scores (`robustnlu.evaluate`)."""
         return self.path / ROBUSTNESS
+
+    @property
+    def wandb_file(self) -> Path:
+        """``wandb.json``: the W&B run the run logged into (`robustnlu.resume.record_wandb_run`)."""
+        return self.path / WANDB
 
     @property
     def last_checkpoint(self) -> Path:
@@ -181,6 +189,11 @@ class RunDir:
     def status(self) -> dict[str, Any] | None:
         """``status.json``, None if there is none."""
         return read_json_object(self.status_file) if self.status_file.is_file() else None
+
+    def wandb_record(self) -> dict[str, Any] | None:
+        """``wandb.json`` (``id``, ``name``, ``dir``: the W&B run's folder), None if the run logged
+        no W&B run."""
+        return read_json_object(self.wandb_file) if self.wandb_file.is_file() else None
 
     def meta(self) -> dict[str, Any]:
         """A study's record's ``meta.json``, {} if there is none."""

@@ -40,8 +40,8 @@ from robustnlu.errors import DataError
 #: whether it resumes: left out of a job's identity, and what a resumed run may differ in
 #: (`robustnlu.resume.check_settings`)
 NEUTRAL_SETTINGS = ("resume", "resume_override", "keep_last_checkpoint", "optimized_metric", "paths", "logger",
-                    "callbacks.progress_bar", "callbacks.last_checkpoint", "trainer.enable_progress_bar",
-                    "trainer.log_every_n_steps")
+                    "callbacks.progress_bar", "callbacks.last_checkpoint", "callbacks.lr_monitor",
+                    "trainer.enable_progress_bar", "trainer.log_every_n_steps")
 #: the file Hydra writes into a sweep directory when the multirun starts
 MULTIRUN_FILE = "multirun.yaml"
 #: the ``_target_`` of Hydra's basic sweeper, whose job list is the product of the sweep's values

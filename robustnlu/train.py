@@ -3,7 +3,9 @@ computation lives in the data, model, objective, metrics and module code.
 
 The run directory (Hydra's runtime output dir) holds:
 - ``results.json``: valid and test metrics of the best checkpoint (with per-cluster and
-  worst-cluster metrics under a SeqDrift split), the drift split's key and statistics, the
+  worst-cluster metrics under a SeqDrift split), the robustness measures (``measures``:
+  ``drop/<m>``, ``<split>/worst_group_min10/<m>``, `robustnlu.metrics.registry.run_measures`),
+  the drift split's key and statistics, the
   resolved config, seed, package versions, wall time, split sizes, the number of training
   batches dropped for a non-finite loss (``nonfinite_skips``, ``trainer.on_nonfinite=skip``);
 - ``predictions/{valid,test}.jsonl``: uid, tokens, gold and predicted intent and tags;
@@ -13,8 +15,9 @@ The run directory (Hydra's runtime output dir) holds:
 - ``config.yaml`` (resolved) and Hydra's ``.hydra/``; ``checkpoints/``: the best (weights only),
   and while the run is unfinished the last for ``resume=true`` (`robustnlu.resume`; a finished run
   keeps it with ``keep_last_checkpoint=true``);
-  ``csv/metrics.csv``; with ``logger=wandb``: ``wandb.json`` (the W&B run's id, name and folder)
-  and ``wandb/`` (a sweep's jobs share ``<sweep dir>/wandb/`` instead: `wandb_save_dir`).
+  ``csv/metrics.csv`` and ``csv/hparams.yaml`` (the flat config of `robustnlu.dashboard`); with
+  ``logger=wandb``: ``wandb.json`` (the W&B run's id, name and folder) and ``wandb/`` (a sweep's
+  jobs share ``<sweep dir>/wandb/`` instead: `wandb_save_dir`), what `robustnlu.dashboard` logs.
 """
 
 from __future__ import annotations
@@ -34,10 +37,10 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning_fabric.utilities.rank_zero import rank_zero_only
 from pytorch_lightning.callbacks import ModelCheckpoint
-from pytorch_lightning.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from robustnlu.checkpoint import AtomicCheckpointIO
+from robustnlu.dashboard import log_results, run_config
 from robustnlu.data.datamodule import SLUDataModule
 from robustnlu.data.utterance import Corpus
 from robustnlu.data.readers import load_corpus
@@ -47,7 +50,7 @@ from robustnlu.evaluate import evaluate_suites, write_robustness
 from robustnlu.extras import require
 from robustnlu.hardware import device_record
 from robustnlu.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
-from robustnlu.metrics.registry import RUN_SUMMARY
+from robustnlu.metrics.registry import RUN_SUMMARY, drop, run_measures
 from robustnlu.model.encoders import build_encoder, load_tokenizer
 from robustnlu.module import SLUModule
 from robustnlu.noise.augment import augment_corpus
@@ -143,7 +146,7 @@ def summary_table(metrics: dict[str, dict[str, float]]) -> str:
     rows = [f"{'':<6}" + "".join(f"{k:>{w}}" for k, w in zip(SUMMARY_METRICS, widths))]
     for split in ("valid", "test"):
         rows.append(f"{split:<6}" + "".join(f"{100 * metrics[split][k]:>{w}.2f}" for k, w in zip(SUMMARY_METRICS, widths)))
-    drops = [100 * (metrics["valid"][k] - metrics["test"][k]) for k in SUMMARY_METRICS]
+    drops = [100 * drop(metrics["valid"], metrics["test"], k) for k in SUMMARY_METRICS]
     rows.append(f"{'drop':<6}" + "".join(f"{d:>+{w}.2f}" for d, w in zip(drops, widths)))
     return "\n".join(rows)
 
@@ -182,17 +185,6 @@ def prepare(cfg: DictConfig) -> RunParts:
     module = SLUModule.from_config(cfg, vocab, trained_on.intents(), encoder)
     callbacks = protocol.attach(module, tokenizer, cfg) if protocol else []
     return RunParts(corpus, drift_split, datamodule, module, augmentation, protocol, callbacks)
-
-
-def log_summary(trainer: pl.Trainer, results: dict[str, Any]) -> None:
-    """Put the final metrics (per-group ones left out), split sizes and drift split statistics in
-    the W&B run's summary, for W&B tables across runs."""
-    summary = {"final": {split: {k: v for k, v in results["metrics"][split].items() if not k.startswith("group/")}
-                         for split in ("valid", "test")},
-               "sizes": results["sizes"], "drift": results["drift"]}
-    for lg in trainer.loggers:
-        if isinstance(lg, WandbLogger):
-            lg.experiment.summary.update(summary)
 
 
 def end_wandb_run() -> None:
@@ -285,6 +277,8 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
 
     trainer = build_trainer(cfg, resume, callbacks)
     record_wandb_run(out_dir, trainer)
+    for lg in trainer.loggers:
+        lg.log_hyperparams(run_config(cfg, module, drift_split, trainer.precision))
     fit_started = time.time()
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume.checkpoint)
     fit_time = time.time() - fit_started
@@ -295,6 +289,7 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
     trainer.test(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
 
     scenario = Scenario.of(corpus.name, cfg.drift.kind, cfg.drift.get("partial"), cfg.validation.kind)
+    metrics = {split: module.evaluations[split]["metrics"] for split in ("valid", "test")}
     results = {
         "dataset": corpus.name,
         "method": cfg.method.get("name"),
@@ -304,7 +299,8 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
                   "validation": scenario.validation,  # "dataset" without a drift
                   "split_key": drift_split.key, "clustering": drift_split.info.get("clustering"),
                   "split_stats": drift_split.stats},
-        "metrics": {split: module.evaluations[split]["metrics"] for split in ("valid", "test")},
+        "metrics": metrics,
+        "measures": run_measures(metrics),
         "sizes": {split: len(datamodule.corpus.split(split)) for split in ("train", "valid", "test")},
         "augment": augmentation,
         "efficiency": protocol.record() if protocol else None,
@@ -323,7 +319,7 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         "versions": versions(),
         "config": config,
     }
-    log_summary(trainer, results)
+    log_results(trainer, results, module.evaluations["test"]["predictions"], drift_split)
     suites = cfg.get("suite")
     if suites and trainer.is_global_zero:  # the module holds the best checkpoint's weights since trainer.test
         results["robustness"] = evaluate_suites(Predictor(module, datamodule.tokenizer), suites, cfg, corpus)

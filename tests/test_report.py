@@ -22,6 +22,7 @@ import pytest  # noqa: E402
 from integration_helpers import (  # noqa: E402
     FAST, SMALL_DRIFT, compose_config, file_bytes, jsonl_overrides, run_cli, write_snips_sample_jsonl)
 from robustnlu.analysis import figures, statistics, study as st  # noqa: E402
+from robustnlu.analysis.study_tables import table10  # noqa: E402
 from robustnlu.analysis.runs import Run  # noqa: E402
 from robustnlu.analysis.significance import (  # noqa: E402
     SignificanceResult,
@@ -98,12 +99,18 @@ def test_figures_have_one_bar_per_scenario_method_and_direction(study):
     assert len(drop.axes) == 1  # one dataset
     assert len(drop.axes[0].patches) == len(VALIDATIONS) * len(METHODS)
     heights = sorted(p.get_height() for p in drop.axes[0].patches)
-    assert heights == pytest.approx(sorted(s.stats["drop"][0] for s in study.stats))
+    assert heights == pytest.approx(sorted(s.stats["drop/combined"][0] for s in study.stats))
     counts = figures.plot_counts(study.counts)
     assert [ax.get_title().split(" (")[0] for ax in counts.axes] == [
         "all scenarios", "full vs partial drift", "i.i.d. vs o.o.d. validation"]
     # one non-ERM method: worse + better bar per group value (all: 1 value, full only, iid and ood)
     assert [len(ax.patches) for ax in counts.axes] == [2, 2, 4]
+
+
+def test_a_report_at_another_cluster_floor_names_it_in_its_csv_columns(sweep):
+    study = st.build_study([sweep], rounds=ROUNDS, seed=SEED, min_cluster_size=5)
+    header = table10(study.stats)[1].splitlines()[0].split(",")
+    assert "worst_group_min5/combined_mean" in header and "worst_group_min10/combined_mean" not in header
 
 
 def test_tables_hold_one_row_per_scenario_and_method(report, sweep):
@@ -120,8 +127,8 @@ def test_tables_hold_one_row_per_scenario_and_method(report, sweep):
         assert float(row["combined_mean"]) == pytest.approx(np.mean(combined), abs=1e-4)
         assert float(row["combined_std"]) == pytest.approx(np.std(combined, ddof=1), abs=1e-4)
         drops = [100 * (r["metrics"]["valid"]["combined"] - r["metrics"]["test"]["combined"]) for r in results]
-        assert float(row["drop_mean"]) == pytest.approx(np.mean(drops), abs=1e-4)
-        assert "worst_group/combined_mean" in row
+        assert float(row["drop/combined_mean"]) == pytest.approx(np.mean(drops), abs=1e-4)
+        assert "worst_group_min10/combined_mean" in row and "drop/combined_mean" in row
     rel = {(r["validation"], r["method"]): r for r in read_csv(report / "relative_change.csv")}
     table = {(r["validation"], r["method"]): r for r in rows}
     for v in VALIDATIONS:
@@ -188,43 +195,56 @@ def _wandb_env(tmp_path):
 
 
 def test_report_is_logged_as_an_offline_wandb_artifact(sweep, tmp_path):
-    """~15 s: the real CLI with --wandb (offline by default), the run file read back with
-    `wandb leet inspect`: a run of job type report, the report files as one artifact of type
-    report (not the W&B folder inside --out), the CSV tables as W&B tables."""
+    """~15 s: the real CLI with --wandb (offline by default), the run files read back with
+    `wandb leet inspect`: the runs logged no W&B run, so one report run per scenario (their
+    default group) under <out>/wandb/, of job type report, each with the report files as one
+    artifact of type report (not the W&B folder inside --out) and its scenario's rows of the CSV
+    tables as W&B tables (tests/test_dashboard.py: a sweep logged with W&B)."""
     out = tmp_path / "report"
     proc = run_cli([str(sweep), "--out", str(out), "--rounds", str(ROUNDS), "--seed", str(SEED), "--wandb"],
                    cwd=tmp_path, module="robustnlu.report", env=_wandb_env(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == sorted([*st.FILES, "wandb"])
-    (run_dir,) = (out / "wandb").glob("offline-run-*")
-    assert f"wandb sync {run_dir}" in proc.stdout
-    (run_file,) = run_dir.glob("*.wandb")
-    records = read_wandb_records(run_file)
-    run_record = next(r["run"] for r in records if "run" in r)
-    assert run_record["job_type"] == "report" and run_record["project"] == "robustnlu"
-    assert run_record["config"]["update"]["rounds"] == ROUNDS
-    artifacts = {r["artifact"]["name"]: r["artifact"] for r in records if "artifact" in r}
-    report_artifact = artifacts["study-report"]
-    assert report_artifact["type"] == "report"
-    manifest = {e["path"]: e for e in report_artifact["manifest"]["contents"]}
-    assert sorted(manifest) == sorted(st.FILES)  # the report files, flat; nothing from wandb/
-    for name, entry in manifest.items():
-        data = (out / name).read_bytes()
-        assert int(entry["size"]) == len(data)
-        assert entry["digest"] == base64.b64encode(hashlib.md5(data).digest()).decode()
-    history = {}
-    for r in records:
-        history.update(r.get("history", {}).get("item", {}))
-    for name in ("table10_metrics", "relative_change", "significance_counts"):
-        assert history[f"{name}._type"] == "table-file"
-        assert history[f"{name}.nrows"] == len(read_csv(out / f"{name}.csv"))
-        table = json.loads((run_dir / "files" / history[f"{name}.path"]).read_text())
-        assert table["columns"] == list(read_csv(out / f"{name}.csv")[0])
-    assert history["table10_metrics.nrows"] == len(VALIDATIONS) * len(METHODS)
-    summary = {}
-    for r in records:
-        summary.update(r.get("summary", {}).get("update", {}))
-    assert summary["n_runs"] == 8 and summary["n_incomplete"] == 1
+    run_dirs = sorted((out / "wandb").glob("offline-run-*"))
+    assert len(run_dirs) == len(VALIDATIONS)
+    groups = set()
+    for run_dir in run_dirs:
+        assert f"wandb sync {run_dir}" in proc.stdout
+        (run_file,) = run_dir.glob("*.wandb")
+        records = read_wandb_records(run_file)
+        run_record = next(r["run"] for r in records if "run" in r)
+        assert run_record["job_type"] == "report" and run_record["project"] == "robustnlu"
+        config = run_record["config"]["update"]
+        assert config["report.rounds"] == ROUNDS and config["runs"] == []  # no W&B runs to name
+        validation = config["validation.kind"]
+        groups.add(run_record["run_group"])
+        assert run_record["run_group"] == config["scenario"] == f"jsonl-slot_context-full-{validation}"
+        artifacts = {r["artifact"]["name"]: r["artifact"] for r in records if "artifact" in r}
+        report_artifact = artifacts["study-report"]
+        assert report_artifact["type"] == "report"
+        manifest = {e["path"]: e for e in report_artifact["manifest"]["contents"]}
+        assert sorted(manifest) == sorted(st.FILES)  # the report files, flat; nothing from wandb/
+        for name, entry in manifest.items():
+            data = (out / name).read_bytes()
+            assert int(entry["size"]) == len(data)
+            assert entry["digest"] == base64.b64encode(hashlib.md5(data).digest()).decode()
+        history = {}
+        for r in records:
+            history.update(r.get("history", {}).get("item", {}))
+        for name in ("table10_metrics", "relative_change", "significance_counts"):
+            rows = read_csv(out / f"{name}.csv")
+            if name != "significance_counts":  # per scenario; the counts are the study's
+                rows = [r for r in rows if r["validation"] == validation]
+            assert history[f"{name}._type"] == "table-file"
+            assert history[f"{name}.nrows"] == len(rows) > 0
+            table = json.loads((run_dir / "files" / history[f"{name}.path"]).read_text())
+            assert table["columns"] == list(read_csv(out / f"{name}.csv")[0])
+        assert history["table10_metrics.nrows"] == len(METHODS)
+        summary = {}
+        for r in records:
+            summary.update(r.get("summary", {}).get("update", {}))
+        assert summary["n_runs"] == len(METHODS) * len(SEEDS) and summary["n_incomplete"] == 1
+    assert groups == {f"jsonl-slot_context-full-{v}" for v in VALIDATIONS}
 
 
 def test_report_online_without_login_is_a_one_line_error_after_the_report(sweep, tmp_path, monkeypatch):

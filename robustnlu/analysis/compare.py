@@ -17,7 +17,7 @@ from typing import Any
 
 from robustnlu.analysis.runs import RESULTS_KEYS, Run, check_results
 from robustnlu.errors import DataError, entry_point
-from robustnlu.metrics.registry import COMPARE, METRICS, relative_change
+from robustnlu.metrics.registry import COMPARE, METRICS, drop, relative_change
 from robustnlu.rundir import RunDir, sweep_runs
 
 
@@ -54,8 +54,7 @@ def comparison_table(runs: list[dict[str, Any]], labels: list[str]) -> str:
             if results is not runs[0]:
                 cell += f" ({relative_change(test[key], base[key]):+.2f}%)"
             cells.append(f"{cell:>{CELL}}")
-        drop = 100 * (valid["combined"] - test["combined"])
-        lines.append(f"{label:<{width}}" + "".join(cells) + f"{drop:>+10.2f}")
+        lines.append(f"{label:<{width}}" + "".join(cells) + f"{100 * drop(valid, test):>+10.2f}")
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from robustnlu.analysis.runs import method_order
 from robustnlu.analysis.statistics import MethodStats
 from robustnlu.io import atomic_write_with
+from robustnlu.metrics.registry import drop_key
 
 
 def atomic_save_figure(fig, path: Path) -> Path:
@@ -45,7 +46,7 @@ def plot_drop(stats: Sequence[MethodStats]):
                 if s is None:
                     continue
                 xs.append(i + (j - (len(methods) - 1) / 2) * width)
-                mean, std = s.stats["drop"]
+                mean, std = s.stats[drop_key("combined")]
                 heights.append(mean)
                 errs.append(0.0 if math.isnan(std) else std)
             if xs:

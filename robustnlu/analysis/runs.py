@@ -8,7 +8,8 @@ finish (``status.json`` says failed, interrupted or running, or there is no ``re
 are listed as `Incomplete`.
 
 The worst-cluster figures count only test clusters of at least ``min_cluster_size`` utterances
-(default `MIN_CLUSTER_SIZE` = 10), so that clusters of 1-2 test utterances do not decide them.
+(default `MIN_CLUSTER_SIZE` = 10, `robustnlu.metrics.registry`), so that clusters of 1-2 test
+utterances do not decide them.
 """
 
 from __future__ import annotations
@@ -20,16 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from robustnlu.errors import DataError, RobustNLUError
-from robustnlu.metrics.registry import PER_GROUP, TESTED, metric
+from robustnlu.metrics.registry import MIN_CLUSTER_SIZE, TESTED, drop, worst_cluster, worst_cluster_key
 from robustnlu.rundir import RunDir, walk
 from robustnlu.scenario import Scenario
 
 BASELINE = "erm"
-#: Smallest SeqDrift cluster (test utterances) the worst-cluster figures consider. Without a floor,
-#: clusters of 1-2 test utterances decide them (issue 17: on a real ATIS grid the worst-cluster
-#: COMBINED read 0.00 in every slot-context and 50.00 in every slot-value scenario, for every
-#: method). 10: the paper's groups are "as little as 10 examples" (core paper section 5.2, Discussion).
-MIN_CLUSTER_SIZE = 10
 
 
 class StudyError(RobustNLUError):
@@ -58,29 +54,18 @@ class Run:
         return RunDir(self.path)
 
     def value(self, key: str, min_cluster_size: int = MIN_CLUSTER_SIZE) -> float | None:
-        """A test metric (``drop``: valid − test COMBINED; ``worst_group/<m>``: over the clusters
-        of at least ``min_cluster_size`` test utterances, `worst_cluster`), None if the run lacks it."""
+        """A test metric (``drop/<m>``: `drop`; ``worst_group_min<n>/<m>``: over the clusters of
+        at least ``min_cluster_size`` test utterances, `worst_cluster`), None if the run lacks it.
+        Computed from the stored valid and test metrics, so runs recorded before results.json
+        held them (``measures``) read the same."""
         metrics = self.results["metrics"]
-        if key == "drop":
-            return float(metrics["valid"]["combined"]) - float(metrics["test"]["combined"])
-        if key.startswith("worst_group/"):
-            return worst_cluster(metrics["test"], key.removeprefix("worst_group/"), min_cluster_size)[0]
+        family, _, name = key.partition("/")
+        if family == "drop":
+            return drop(metrics["valid"], metrics["test"], name)
+        if key == worst_cluster_key(name):  # the registry's key, at this report's floor
+            return worst_cluster(metrics["test"], name, min_cluster_size)[0]
         value = metrics["test"].get(key)
         return None if value is None else float(value)
-
-
-def worst_cluster(metrics: dict[str, Any], key: str = "combined",
-                  min_size: int = MIN_CLUSTER_SIZE) -> tuple[float | None, int, int]:
-    """(worst ``key``, qualifying clusters, all clusters) of one split's metrics: the minimum
-    (for semer the maximum) of ``group/<id>/<key>`` over the clusters whose ``group/<id>/n`` is
-    at least ``min_size`` (as `SLUMetrics` writes them); the worst is None if no cluster qualifies."""
-    if key not in PER_GROUP:
-        raise ValueError(f"unknown cluster metric {key!r}; one of {', '.join(PER_GROUP)}")
-    sizes = {k.split("/")[1]: float(v) for k, v in metrics.items() if k.startswith("group/") and k.endswith("/n")}
-    values = [float(metrics[f"group/{g}/{key}"]) for g, n in sorted(sizes.items()) if n >= min_size]
-    if not values:
-        return None, 0, len(sizes)
-    return metric(key).worst(values), len(values), len(sizes)
 
 
 @dataclass(frozen=True)

@@ -45,14 +45,14 @@ from typing import Any
 
 import numpy as np
 
-from robustnlu.analysis.runs import BASELINE, MIN_CLUSTER_SIZE, Run, StudyError
+from robustnlu.analysis.runs import BASELINE, Run, StudyError
 from robustnlu.analysis.significance import (
     PairedCounts,
     SignificanceResult,
     approximate_randomization,
     paired_counts,
 )
-from robustnlu.metrics.registry import METRICS, TABLE10, TESTED, relative_change
+from robustnlu.metrics.registry import METRICS, MIN_CLUSTER_SIZE, TABLE10, TESTED, relative_change
 from robustnlu.scenario import Scenario
 
 RULES = ("any", "majority", "all")

@@ -20,7 +20,6 @@ from typing import Any
 from robustnlu.analysis.figures import atomic_save_figure, plot_counts, plot_drop
 from robustnlu.analysis.runs import (
     BASELINE,
-    MIN_CLUSTER_SIZE,
     Incomplete,
     Run,
     StudyError,
@@ -38,6 +37,7 @@ from robustnlu.analysis.statistics import (
 )
 from robustnlu.analysis.study_tables import counts_table, relative_change_table, table10
 from robustnlu.io import atomic_write_text
+from robustnlu.metrics.registry import MIN_CLUSTER_SIZE
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 from robustnlu.analysis.runs import BASELINE
 from robustnlu.analysis.significance import family_wise_error
 from robustnlu.analysis.statistics import Comparison, MethodStats
-from robustnlu.metrics.registry import METRICS, TABLE10, TESTED
+from robustnlu.metrics.registry import METRICS, TABLE10, TESTED, at_floor
 from robustnlu.tables import csv_text, fmt, markdown
 
 
@@ -34,7 +34,9 @@ def table10(stats: Sequence[MethodStats]) -> tuple[str, str]:
                         + [x for k in metrics for x in (fmt(s.stats[k][0], 4), fmt(s.stats[k][1], 4))])
     head = ["dataset", "drift", "amount", "validation", "method", "n models"]
     md = markdown(head + [f"{METRICS[k].title} ({METRICS[k].unit})" for k in metrics], md_rows)
-    csv = csv_text(head[:5] + ["n_models"] + [f"{k}_{x}" for k in metrics for x in ("mean", "std")], csv_rows)
+    floor = stats[0].min_cluster_size if stats else None
+    csv = csv_text(head[:5] + ["n_models"] + [f"{at_floor(k, floor)}_{x}" for k in metrics for x in ("mean", "std")],
+                   csv_rows)
     return md, csv
 
 
@@ -42,7 +44,7 @@ def relative_change_table(comparisons: Sequence[Comparison], stats: Sequence[Met
                           alpha: float) -> tuple[str, str]:
     """(Markdown, CSV): relative change of each metric's mean to ERM in %, and per tested metric
     the decision, the significant tests (better / worse of k) and the p-values."""
-    metrics = [k for k in _present(stats) if k != "drop"]
+    metrics = [k for k in _present(stats) if METRICS[k].unit != "points"]  # not the drop, a difference already
     md_rows, csv_rows = [], []
     for c in comparisons:
         sc = c.scenario
@@ -70,7 +72,9 @@ def relative_change_table(comparisons: Sequence[Comparison], stats: Sequence[Met
     head = ["dataset", "drift", "amount", "validation", "method"]
     md = markdown(head + ["n models"] + [f"{METRICS[k].title} %" for k in metrics]
                   + ["COMBINED vs ERM", "sig. better/worse tests", "family-wise error"], md_rows)
-    csv = csv_text(head + ["n_models"] + [f"{k}_rel_change_pct" for k in metrics] + ["k_tests", "family_wise_error"]
+    floor = stats[0].min_cluster_size if stats else None
+    csv = csv_text(head + ["n_models"] + [f"{at_floor(k, floor)}_rel_change_pct" for k in metrics]
+                   + ["k_tests", "family_wise_error"]
                    + [f"{m}_{x}" for m in TESTED for x in ("decision", "n_sig_better", "n_sig_worse", "p_values")]
                    + ["pairs"], csv_rows)
     return md, csv

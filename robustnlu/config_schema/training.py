@@ -83,6 +83,7 @@ def callbacks() -> MapOf:
         instance("pytorch_lightning.callbacks.EarlyStopping", {"monitor": text(), "mode": mode,
                                                                "patience": integer(NON_NEGATIVE)}),
         instance("pytorch_lightning.callbacks.RichProgressBar"),
+        instance("pytorch_lightning.callbacks.LearningRateMonitor", {"logging_interval": choice("step", "epoch", null=True)}),
     )))
 
 

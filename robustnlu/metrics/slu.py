@@ -89,6 +89,8 @@ def utterance_counts(
 #: Columns of a count row: `UtteranceCounts`, then the gold-intent index and the group id.
 COLUMNS = (*UtteranceCounts._fields, "gold_intent", "group")
 NO_GROUP = -1
+#: the result key naming the group of lowest combined: an id, not a value to average or plot
+WORST_GROUP_ID = "worst_group/combined_id"
 
 
 def _scores(rows: Tensor) -> dict[str, float]:
@@ -211,5 +213,5 @@ def _group_scores(rows: Tensor, group: Tensor) -> dict[str, float]:
     for name in PER_GROUP:
         result[f"worst_group/{name}"] = METRICS[name].worst([scores[name] for scores in by_group.values()])
     # `ids` is sorted, and min() keeps the first of equal values: the smallest id on a tie.
-    result["worst_group/combined_id"] = float(min(ids, key=lambda g: by_group[g]["combined"]))
+    result[WORST_GROUP_ID] = float(min(ids, key=lambda g: by_group[g]["combined"]))
     return result

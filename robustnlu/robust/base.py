@@ -14,7 +14,8 @@ and resized on load when its size depends on the data (`StateBuffers`).
 Life cycle: constructed from the ``method=`` config with γ and the `ModelSpec`; `setup` once
 per fit with the data module and the model, before a checkpoint is restored (so anything it
 initialises is overwritten when resuming); `forward` at every training step;
-`validation_log_weights` on validation batches for adversarial model selection.
+`validation_log_weights` on validation batches for adversarial model selection; `logged_state`
+at the end of every training epoch, for the loggers.
 """
 
 from __future__ import annotations
@@ -25,6 +26,33 @@ from torch import Tensor, nn
 
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.model.spec import ModelSpec, StateBuffers
+
+
+def entropy(weights: Tensor) -> Tensor:
+    """−Σ w log w (nats) of weights ``[..., G]`` summing to 1 over the last dimension (0 log 0 = 0)."""
+    return -torch.special.xlogy(weights, weights).sum(-1)
+
+
+class EpochMeans:
+    """Means over a training epoch of scalars a method computes at every step, for its
+    `RobustObjective.logged_state`: `add` keeps running sums on the values' device (no host
+    synchronisation in the step), `pop` returns the means and starts the next epoch. Not in
+    checkpoints: an epoch resumed in its middle logs the mean of the steps since the resume."""
+
+    def __init__(self):
+        self.sums: dict[str, Tensor] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, **values: Tensor) -> None:
+        for key, value in values.items():
+            value = value.detach().float()
+            self.sums[key] = self.sums[key] + value if key in self.sums else value
+            self.counts[key] = self.counts.get(key, 0) + 1
+
+    def pop(self) -> dict[str, Tensor]:
+        means = {key: total / self.counts[key] for key, total in self.sums.items()}
+        self.sums, self.counts = {}, {}
+        return means
 
 
 class RobustObjective(StateBuffers):
@@ -72,6 +100,13 @@ class RobustObjective(StateBuffers):
         """The adversary's unnormalised log-weights ``[b]`` of validation examples, for
         Minmax / Greedy-Minmax selection (thesis 5.3.3); None for methods without one."""
         return None
+
+    def logged_state(self) -> dict[str, float]:
+        """Scalars of the method's state that a researcher watches over training (group weights'
+        entropy, latent group sizes, the adversary's loss), logged as ``objective/<key>`` at the
+        end of each training epoch; none by default. Reading it changes no training state (it
+        may restart what it averages over the epoch: `EpochMeans`)."""
+        return {}
 
     # --- own parameters --------------------------------------------------------------------
     def add_optimizer(self, name: str, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:

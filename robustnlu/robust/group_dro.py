@@ -33,6 +33,7 @@ from torch import Tensor
 
 from robustnlu.groups.base import GroupSource
 from robustnlu.model.jointbert import TaskLosses
+from robustnlu.robust.base import entropy
 from robustnlu.robust.grouped import GroupedObjective, group_mean_losses
 
 #: the loss the single q of ``shared_weights=True`` follows
@@ -84,3 +85,12 @@ class GroupDRO(GroupedObjective):
             step_losses = group_losses.detach().to(log_q.dtype)
             log_q.copy_(torch.log_softmax(self.decay * log_q + self.step_size * step_losses, dim=0))
         return group_losses @ log_q.exp().to(losses.dtype)
+
+    def logged_state(self) -> dict[str, float]:
+        """Per weight set: the entropy of q (nats; log G while uniform) and its largest weight."""
+        state = {}
+        for name in self.weight_sets:
+            q = self.log_group_weights(name).exp()
+            if q.numel():
+                state |= {f"q_{name}/entropy": entropy(q).item(), f"q_{name}/max": q.max().item()}
+        return state

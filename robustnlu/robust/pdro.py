@@ -41,7 +41,7 @@ from torch import Tensor
 
 from robustnlu.adversary.generative_lm import GenerativeLM, scored_tokens
 from robustnlu.model.jointbert import TaskLosses
-from robustnlu.robust.base import RobustObjective
+from robustnlu.robust.base import EpochMeans, RobustObjective, entropy
 
 #: utterances per batch when caching log q_ψ0 (no gradients)
 CACHE_BATCH_SIZE = 256
@@ -92,6 +92,7 @@ class PDRO(RobustObjective):
         self.register_buffer("valid_log_q0", None, persistent=False)
         self.register_load_state_dict_post_hook(lambda module, keys: module.forget_log_q0())
         self.datamodule = None
+        self.epoch_means = EpochMeans()
         self.train()
 
     def train(self, mode: bool = True) -> PDRO:
@@ -114,9 +115,16 @@ class PDRO(RobustObjective):
         log_q = self.adversary.log_prob(inputs["input_ids"], inputs["attention_mask"], inputs["intent_labels"])
         weights = torch.exp(self.log_ratio(log_q.detach(), self.train_log_q0[inputs["index"]])).to(step.slot.dtype)
         scaled = self.combined_losses(step).detach().to(torch.float64) / self.temperature
-        self.own_step("adversary", adversary_loss(log_q, scaled, self.push_normaliser(scaled)), self.max_grad_norm)
+        loss = adversary_loss(log_q, scaled, self.push_normaliser(scaled))
+        self.own_step("adversary", loss, self.max_grad_norm)
         self.adversary_steps += 1
+        self.epoch_means.add(loss=loss, weight_entropy=entropy(weights / weights.sum()))
         return (weights * step.slot).mean() + self.intent_loss_scale * (weights * step.intent).mean()
+
+    def logged_state(self) -> dict[str, float]:
+        """Epoch means of the adversary's loss (eq. 5.8) and of the entropy of the batch's model
+        weights w normalised over the batch (log b while ψ = ψ0)."""
+        return {f"adversary/{k}": v.item() for k, v in self.epoch_means.pop().items()}
 
     def log_ratio(self, log_q: Tensor, log_q0: Tensor) -> Tensor:
         """log q_ψ − log q_ψ0; exactly 0 while ψ = ψ0 (no adversary step yet)."""

@@ -35,7 +35,7 @@ from torch import Tensor
 
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.optim import weight_decay_groups
-from robustnlu.robust.base import RobustObjective
+from robustnlu.robust.base import EpochMeans, RobustObjective, entropy
 
 
 def rpdro_losses(f: Tensor, losses: Tensor, tau: float) -> tuple[Tensor, Tensor]:
@@ -63,6 +63,7 @@ class RPDRO(RobustObjective):
         self.min_batch_size = int(min_batch_size)
         groups = weight_decay_groups(self.adversary, weight_decay)
         self.add_optimizer("adversary", torch.optim.AdamW(groups, lr=float(lr), betas=tuple(betas), eps=float(eps)))
+        self.epoch_means = EpochMeans()
 
     def setup(self, datamodule, model) -> None:
         """Initialise the adversary's encoder from the SLU model's (pre-trained) encoder."""
@@ -77,7 +78,13 @@ class RPDRO(RobustObjective):
         f = self.adversary(step.inputs).to(losses.dtype)
         model_loss, adversary_loss = rpdro_losses(f, losses, self.tau)
         self.own_step("adversary", adversary_loss, self.max_grad_norm)
+        self.epoch_means.add(loss=adversary_loss, weight_entropy=entropy(torch.softmax(f.detach(), 0)))
         return model_loss
+
+    def logged_state(self) -> dict[str, float]:
+        """Epoch means of the adversary's loss (−eq. 6.6) and of the entropy of its batch weights r̃
+        (log b when uniform)."""
+        return {f"adversary/{k}": v.item() for k, v in self.epoch_means.pop().items()}
 
     @torch.no_grad()
     def validation_log_weights(self, step: TaskLosses) -> Tensor:

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from robustnlu.groups.base import GroupSource
 from robustnlu.model.jointbert import TaskLosses
+from robustnlu.robust.base import entropy
 from robustnlu.robust.grouped import GroupedObjective, group_mean_losses
 
 
@@ -91,3 +92,10 @@ class TopicCVaR(GroupedObjective):
         step = torch.where(self.topic_seen, self.ema_step, 1.0) * present
         self.topic_loss_ema += step * (topic_losses.to(self.topic_loss_ema.dtype) - self.topic_loss_ema)
         self.topic_seen |= present
+
+    def logged_state(self) -> dict[str, float]:
+        """Per task: the entropy of the CVaR weights q over the topics and how many topics they select."""
+        q = cvar_weights(self.topic_loss_ema, self.prior, self.alpha)
+        return {key: value for task, weights in zip(self.TASKS, q, strict=True)
+                for key, value in ((f"q_{task}/entropy", entropy(weights).item()),
+                                   (f"q_{task}/topics", int((weights > 0).sum())))}

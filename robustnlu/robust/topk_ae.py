@@ -29,7 +29,7 @@ from torch.nn import functional as F
 
 from robustnlu.groups.autoencoder import OnlineAutoencoder
 from robustnlu.model.jointbert import TaskLosses
-from robustnlu.robust.base import RobustObjective
+from robustnlu.robust.base import EpochMeans, RobustObjective, entropy
 from robustnlu.robust.grouped import group_topk_losses
 
 ASSIGNMENTS = ("prob", "bin")
@@ -52,6 +52,7 @@ class TopKAE(RobustObjective):
         self.add_optimizer(
             "autoencoder", torch.optim.AdamW(self.autoencoder.parameters(), lr=ae_lr, weight_decay=ae_weight_decay)
         )
+        self.epoch_means = EpochMeans()
 
     def memberships(self, x_enc: Tensor) -> Tensor:
         """``[b, c]`` group memberships: H (prob) or its one-hot argmax (bin)."""
@@ -63,6 +64,16 @@ class TopKAE(RobustObjective):
     def forward(self, step: TaskLosses) -> Tensor:
         self.own_step("autoencoder", self.autoencoder.loss(step.x_enc))
         membership = self.memberships(step.x_enc).to(step.slot.dtype)
+        self.epoch_means.add(group_shares=membership.mean(0))
         slot = group_topk_losses(step.slot, membership, self.k).max()
         intent = group_topk_losses(step.intent, membership, self.k).max()
         return slot + self.intent_loss_scale * intent
+
+    def logged_state(self) -> dict[str, float]:
+        """The latent groups' sizes over the epoch (mean membership share per batch): the effective
+        number of groups (exp of their entropy; c when even, 1 when one group takes all) and the
+        largest group's share."""
+        shares = self.epoch_means.pop().get("group_shares")
+        if shares is None:
+            return {}
+        return {"latent_groups/effective": entropy(shares).exp().item(), "latent_groups/largest": shares.max().item()}

@@ -19,12 +19,13 @@ import pytest  # noqa: E402
 from integration_helpers import file_bytes  # noqa: E402
 
 from robustnlu import reproduce  # noqa: E402
-from robustnlu.analysis.runs import MIN_CLUSTER_SIZE, Run, worst_cluster  # noqa: E402
+from robustnlu.analysis.runs import Run  # noqa: E402
 from robustnlu.analysis.significance import (  # noqa: E402
     approximate_randomization,
     counts_array,
     metric_from_sums,
 )
+from robustnlu.metrics.registry import MIN_CLUSTER_SIZE  # noqa: E402
 from robustnlu.rundir import read_predictions  # noqa: E402
 from robustnlu.scenario import Scenario  # noqa: E402
 from robustnlu.studies.seqdrift_dro import plan as study, report as reproduction  # noqa: E402
@@ -371,27 +372,16 @@ def test_drift_table_reads_split_stats(records, report):
                          str(splits["test"]["size"]), f"{splits['test']['percent_drift']:.1f}"]
 
 
-def test_worst_cluster_by_hand():
-    metrics = {"group/0/n": 12.0, "group/0/combined": 0.50, "group/0/semer": 0.2,
-               "group/1/n": 2.0, "group/1/combined": 0.00, "group/1/semer": 0.9,
-               "group/7/n": 10.0, "group/7/combined": 0.40, "group/7/semer": 0.3,
-               "combined": 0.8}
-    assert MIN_CLUSTER_SIZE == 10
-    assert worst_cluster(metrics) == (0.40, 2, 3)  # cluster 1 (2 utterances) left out
-    assert worst_cluster(metrics, "semer") == (0.3, 2, 3)  # semer: the highest
-    assert worst_cluster(metrics, min_size=1) == (0.0, 3, 3)
-    assert worst_cluster(metrics, min_size=13) == (None, 0, 3)
-    assert worst_cluster({"combined": 0.8}) == (None, 0, 0)
-
-
 def test_the_study_reports_the_worst_cluster_over_big_clusters(tmp_path):
-    """The study (python -m robustnlu.report, robustnlu.analysis.runs) takes the same floor by default."""
+    """The study (python -m robustnlu.report, robustnlu.analysis.runs) takes the same floor by
+    default, from a results.json written before it held the measures (the committed records')."""
     test = {"combined": 0.7, "worst_group/combined": 0.0, "group/0/n": 2.0, "group/0/combined": 0.0,
             "group/1/n": 15.0, "group/1/combined": 0.6, "group/2/n": 11.0, "group/2/combined": 0.45}
-    run = Run(tmp_path, {"metrics": {"test": test, "valid": test}})
-    assert run.value("worst_group/combined") == 0.45
-    assert run.value("worst_group/combined", min_cluster_size=1) == 0.0
-    assert run.value("worst_group/combined", min_cluster_size=16) is None
+    run = Run(tmp_path, {"metrics": {"test": test, "valid": {"combined": 0.75}}})
+    assert run.value("worst_group_min10/combined") == 0.45
+    assert run.value("worst_group_min10/combined", min_cluster_size=1) == 0.0
+    assert run.value("worst_group_min10/combined", min_cluster_size=16) is None
+    assert run.value("drop/combined") == pytest.approx(0.05)
 
 
 def test_worst_cluster_table_counts_the_qualifying_clusters(report):

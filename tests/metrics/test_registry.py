@@ -12,6 +12,7 @@ from robustnlu.metrics.registry import (
     COMPARE,
     COUNTED,
     METRICS,
+    MIN_CLUSTER_SIZE,
     NOISE,
     NOISE_EFFECTS,
     PER_GROUP,
@@ -19,9 +20,14 @@ from robustnlu.metrics.registry import (
     RUN_SUMMARY,
     TABLE10,
     TESTED,
+    at_floor,
+    cluster_metrics,
+    drop,
     in_words,
     metric,
     relative_change,
+    run_measures,
+    worst_cluster,
 )
 from robustnlu.metrics.slu import SLUMetrics, UtteranceCounts
 
@@ -80,12 +86,13 @@ def test_slu_metrics_computes_through_the_registry():
 
 
 def test_directions_titles_and_units():
-    assert not METRICS["semer"].higher_is_better and not METRICS["drop"].higher_is_better
-    assert all(METRICS[k].higher_is_better for k in METRICS if k not in ("semer", "drop"))
+    drops = ("drop/intent_acc", "drop/slot_f1", "drop/combined")
+    assert not METRICS["semer"].higher_is_better and not any(METRICS[k].higher_is_better for k in drops)
+    assert all(METRICS[k].higher_is_better for k in METRICS if k not in ("semer", *drops))
     assert METRICS["semer"].better(0.1, 0.2) and METRICS["combined"].better(0.2, 0.1)
     assert not METRICS["combined"].better(0.1, 0.1)
     assert METRICS["semer"].worst([0.1, 0.3, 0.2]) == 0.3 and METRICS["slot_f1"].worst([0.1, 0.3]) == 0.1
-    assert METRICS["drop"].unit == "points" and METRICS["combined"].unit == "%"
+    assert all(METRICS[k].unit == "points" for k in drops) and METRICS["combined"].unit == "%"
     assert [METRICS[k].abbrev for k in NOISE] == ["IC", "SL", "EM"]
     assert in_words("frame_acc") == "exact match" and in_words("intent_acc") == "intent_acc"
     assert in_words("group/0/combined") == "group/0/combined"
@@ -106,3 +113,46 @@ def test_relative_change():
     assert relative_change(0.5, 1.0) == pytest.approx(-50.0)
     assert math.isnan(relative_change(1.0, 0.0))
     assert math.isnan(relative_change(math.nan, 1.0)) and math.isnan(relative_change(1.0, math.nan))
+
+
+def test_the_drop_is_valid_minus_test_the_papers_robustness_measure():
+    """Core paper 2.4: B is more robust than A when E(B, valid) − E(B, test) < E(A, valid) −
+    E(A, test); the paper's Table 10 prints test − valid (a drop negative)."""
+    valid, test = {"combined": 0.90, "slot_f1": 0.8}, {"combined": 0.85, "slot_f1": 0.83}
+    assert drop(valid, test) == pytest.approx(0.05)  # worse on test: a positive drop
+    assert drop(valid, test, "slot_f1") == pytest.approx(-0.03)
+    assert METRICS["drop/combined"].better(0.01, 0.05)  # the smaller drop is the more robust model
+
+
+CLUSTERED = {"group/0/n": 12.0, "group/0/combined": 0.50, "group/0/semer": 0.2,
+             "group/1/n": 2.0, "group/1/combined": 0.00, "group/1/semer": 0.9,
+             "group/7/n": 10.0, "group/7/combined": 0.40, "group/7/semer": 0.3,
+             "combined": 0.8}
+
+
+def test_worst_cluster_by_hand():
+    assert MIN_CLUSTER_SIZE == 10
+    assert cluster_metrics(CLUSTERED) == {0: {"n": 12.0, "combined": 0.5, "semer": 0.2},
+                                          1: {"n": 2.0, "combined": 0.0, "semer": 0.9},
+                                          7: {"n": 10.0, "combined": 0.4, "semer": 0.3}}
+    assert worst_cluster(CLUSTERED) == (0.40, 2, 3)  # cluster 1 (2 utterances) left out
+    assert worst_cluster(CLUSTERED, "semer") == (0.3, 2, 3)  # semer: the highest
+    assert worst_cluster(CLUSTERED, min_size=1) == (0.0, 3, 3)
+    assert worst_cluster(CLUSTERED, min_size=13) == (None, 0, 3)
+    assert worst_cluster({"combined": 0.8}) == (None, 0, 0)
+
+
+def test_run_measures_name_the_floor_and_leave_out_what_no_cluster_gives():
+    valid = {"intent_acc": 0.9, "slot_f1": 0.7, "combined": 0.8, "group/3/n": 4.0, "group/3/combined": 0.1}
+    test = {**CLUSTERED, "intent_acc": 0.95, "slot_f1": 0.55, "combined": 0.75}
+    for key in ("intent_acc", "slot_f1", "frame_acc"):
+        test[f"group/0/{key}"], test[f"group/7/{key}"] = 0.6, 0.3
+        valid[f"group/3/{key}"] = 0.0
+    measures = run_measures({"valid": valid, "test": test})
+    assert measures == pytest.approx({
+        "drop/intent_acc": -0.05, "drop/slot_f1": 0.15, "drop/combined": 0.05,
+        "test/worst_group_min10/combined": 0.40, "test/worst_group_min10/semer": 0.3,
+        "test/worst_group_min10/intent_acc": 0.3, "test/worst_group_min10/slot_f1": 0.3,
+        "test/worst_group_min10/frame_acc": 0.3})  # valid's one cluster has 4 utterances: none
+    assert at_floor("worst_group_min10/combined", 5) == "worst_group_min5/combined"
+    assert at_floor("drop/combined", 5) == "drop/combined"

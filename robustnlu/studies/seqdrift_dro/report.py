@@ -29,7 +29,7 @@ What the report computes, each with the function that does it:
   lacks epochs (resumed before the log kept them).
 - `drift_table`: the splits' sizes and % drift (``results.json`` drift.split_stats).
 - `worst_cluster_table`: worst-cluster COMBINED over the test clusters of at least
-  `robustnlu.analysis.runs.MIN_CLUSTER_SIZE` utterances, and how many clusters qualify.
+  `robustnlu.metrics.registry.MIN_CLUSTER_SIZE` utterances, and how many clusters qualify.
 - hyper-parameters, budget, hardware and wall times (``results.json`` config, ``meta.json``).
 
 The records are read by `robustnlu.studies.seqdrift_dro.records`, the tables computed and
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from robustnlu.analysis.figures import atomic_save_figure
-from robustnlu.analysis.runs import BASELINE, MIN_CLUSTER_SIZE, Run, group_runs
+from robustnlu.analysis.runs import BASELINE, Run, group_runs
 from robustnlu.analysis.statistics import (
     Comparison,
     MethodStats,
@@ -58,6 +58,7 @@ from robustnlu.analysis.statistics import (
 )
 from robustnlu.analysis.study_tables import relative_change_table, table10 as scenario_table
 from robustnlu.io import atomic_write_text, check_outputs
+from robustnlu.metrics.registry import MIN_CLUSTER_SIZE
 from robustnlu.studies.seqdrift_dro import paper_results as paper
 from robustnlu.studies.seqdrift_dro.figures import plot_significance, plot_table10, plot_valid_curves
 from robustnlu.studies.seqdrift_dro.records import Design, Records, read_records

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from robustnlu.analysis.runs import BASELINE, MIN_CLUSTER_SIZE, Run, method_order, worst_cluster
+from robustnlu.analysis.runs import BASELINE, Run, method_order
 from robustnlu.analysis.statistics import Comparison, MethodStats
-from robustnlu.metrics.registry import METRICS, REPRODUCTION_SUMMARY, relative_change
+from robustnlu.metrics.registry import METRICS, MIN_CLUSTER_SIZE, REPRODUCTION_SUMMARY, drop, relative_change, worst_cluster
 from robustnlu.studies.seqdrift_dro import paper_results as paper
 from robustnlu.studies.seqdrift_dro.records import Design, Records, valid_combined_by_epoch
 from robustnlu.tables import fmt, markdown
@@ -30,8 +30,8 @@ def _mean(values: Sequence[float]) -> float:
 
 def table10(runs: Sequence[Run]) -> list[dict[str, Any]]:
     """Per (dataset, drift kind, full/partial) of ERM's runs: n runs and the mean test − valid
-    change in points of intent_acc, slot_f1, combined; the paper's acc / f1 beside (None if the
-    paper has no cell)."""
+    change in points of intent_acc, slot_f1, combined (−`drop`: the paper's Table 10 prints it
+    so); the paper's acc / f1 beside (None if the paper has no cell)."""
     cells: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
     for run in runs:
         if run.method == BASELINE:
@@ -42,8 +42,8 @@ def table10(runs: Sequence[Run]) -> list[dict[str, Any]]:
         members = cells[key]
         row: dict[str, Any] = {"dataset": key[0], "drift": key[1], "amount": key[2], "n": len(members)}
         for metric in ("intent_acc", "slot_f1", "combined"):
-            row[metric] = _mean([_pct(r.results["metrics"]["test"], metric)
-                                 - _pct(r.results["metrics"]["valid"], metric) for r in members])
+            row[metric] = _mean([-100.0 * drop(r.results["metrics"]["valid"], r.results["metrics"]["test"], metric)
+                                 for r in members])
         theirs = paper.TABLE10.get(key)
         row["paper_acc"], row["paper_f1"] = (theirs["acc"], theirs["f1"]) if theirs else (None, None)
         rows.append(row)
