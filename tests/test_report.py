@@ -22,7 +22,7 @@ import pytest  # noqa: E402
 from integration_helpers import (  # noqa: E402
     FAST, SMALL_DRIFT, compose_config, file_bytes, jsonl_overrides, run_cli, write_snips_sample_jsonl)
 from robustnlu.analysis import figures, statistics, study as st  # noqa: E402
-from robustnlu.analysis.study_tables import table10  # noqa: E402
+from robustnlu.analysis.study_tables import scenario_table  # noqa: E402
 from robustnlu.analysis.runs import Run  # noqa: E402
 from robustnlu.analysis.significance import (  # noqa: E402
     SignificanceResult,
@@ -109,7 +109,7 @@ def test_figures_have_one_bar_per_scenario_method_and_direction(study):
 
 def test_a_report_at_another_cluster_floor_names_it_in_its_csv_columns(sweep):
     study = st.build_study([sweep], rounds=ROUNDS, seed=SEED, min_cluster_size=5)
-    header = table10(study.stats)[1].splitlines()[0].split(",")
+    header = scenario_table(study.stats)[1].splitlines()[0].split(",")
     assert "worst_group_min5/combined_mean" in header and "worst_group_min10/combined_mean" not in header
 
 

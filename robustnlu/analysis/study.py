@@ -35,7 +35,7 @@ from robustnlu.analysis.statistics import (
     scenario_stats,
     significance_counts,
 )
-from robustnlu.analysis.study_tables import counts_table, relative_change_table, table10
+from robustnlu.analysis.study_tables import counts_table, relative_change_table, scenario_table
 from robustnlu.io import atomic_write_text
 from robustnlu.metrics.registry import MIN_CLUSTER_SIZE
 
@@ -149,7 +149,7 @@ def write_report(study: Study, out: Path) -> list[Path]:
     """Every table, figure and ``report.md`` under ``out``, each written atomically; returns the
     paths (`FILES`). Everything is rendered before the first file is written."""
     out = Path(out)
-    t10_md, t10_csv = table10(study.stats)
+    t10_md, t10_csv = scenario_table(study.stats)
     rel_md, rel_csv = relative_change_table(study.comparisons, study.stats, study.alpha)
     cnt_md, cnt_csv = counts_table(study.counts)
     texts = {"table10_metrics.md": t10_md, "table10_metrics.csv": t10_csv, "relative_change.md": rel_md,

@@ -1,5 +1,5 @@
 """The study's tables (core paper Appendix D, Tables 10-14), each as (Markdown, CSV) text: the
-metrics per scenario and method (`table10`), the relative change to ERM with the paired tests
+metrics per scenario and method (`scenario_table`), the relative change to ERM with the paired tests
 (`relative_change_table`) and the scenarios significantly better / worse (`counts_table`). The
 columns come from `robustnlu.metrics.registry`; the writer is `robustnlu.tables`."""
 
@@ -21,7 +21,7 @@ def _present(stats: Sequence[MethodStats]) -> list[str]:
     return [k for k in TABLE10 if any(not math.isnan(s.stats[k][0]) for s in stats)]
 
 
-def table10(stats: Sequence[MethodStats]) -> tuple[str, str]:
+def scenario_table(stats: Sequence[MethodStats]) -> tuple[str, str]:
     """(Markdown, CSV) of the per-scenario and method means ± std over the models, in %."""
     metrics = _present(stats)
     md_rows, csv_rows = [], []

@@ -149,7 +149,7 @@ COUNTED = tuple(k for k, m in METRICS.items() if m.formula is not None)
 #: reported per group (``group/<id>/<m>``, ``worst_group/<m>``, `worst_cluster_key`) and testable by
 #: approximate randomization
 PER_GROUP = ("intent_acc", "slot_f1", "combined", "semer", "frame_acc")
-#: the study's Table 10 (`robustnlu.analysis.study_tables.table10`), in order
+#: the study's Table 10 (`robustnlu.analysis.study_tables.scenario_table`), in order
 TABLE10 = ("intent_acc", "slot_f1", "combined", "semer", "ma_intent_combined", worst_cluster_key("combined"),
            drop_key("combined"))
 #: tested against ERM in the study; the first decides the counts (the paper's main metric)

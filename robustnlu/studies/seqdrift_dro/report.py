@@ -56,7 +56,7 @@ from robustnlu.analysis.statistics import (
     scenario_stats,
     significance_counts,
 )
-from robustnlu.analysis.study_tables import relative_change_table, table10 as scenario_table
+from robustnlu.analysis.study_tables import relative_change_table, scenario_table
 from robustnlu.io import atomic_write_text, check_outputs
 from robustnlu.metrics.registry import MIN_CLUSTER_SIZE
 from robustnlu.studies.seqdrift_dro import paper_results as paper
