@@ -3,12 +3,12 @@
 hyper-parameters in a class attribute ``HPARAMS``, one line each (as DomainBed's
 ``hparams_registry`` keeps each default beside its search distribution)::
 
-    HPARAMS = {"k": hparam(integer(AT_LEAST_1), 4, "the largest losses averaged", search=log_int(1, 16))}
+    HPARAMS = {"k": HParam(integer(AT_LEAST_1), 4, "the largest losses averaged", search=log_int(1, 16))}
 
 its type and range in the config schema's language (`robustnlu.config_spec`), its default, a
 one-line doc and, where a paper gives one, its search space (Hydra's sweep syntax, written with
 `uniform`, `log_uniform`, `log_int`, `grid`). An object the config builds inside the class's
-node (a method's group source ``groups``, its adversary ``adversary``) is a `part`: any subclass
+node (a method's group source ``groups``, its adversary ``adversary``) is a `Part`: any subclass
 of its ``base``, which declares its own. A subclass inherits its bases' declarations and may
 declare one of them again (Group-DRO's default ``sampling``).
 
@@ -19,7 +19,7 @@ Three readers, none of which restates a range or a default:
 - the config schema: `DeclaredObject` is the node of ``method``, ``method.groups`` and
   ``method.adversary`` (robustnlu/config_schema/method.py): any importable subclass of the
   expected base as ``_target_`` (a user's own class too), its keys those the class declares;
-- the HPO search: ``${declared_search_space:${method}}`` (conf/hparams_search/base.yaml) is the
+- the HPO search: ``${declared_search_space:method}`` (conf/hparams_search/base.yaml) is the
   search space the method and its parts declare (`search_space`).
 
 The YAML files (conf/method/, conf/groups/, conf/adversary/) give each value with its source in
@@ -54,14 +54,6 @@ class Part:
 
     base: type
     doc: str
-
-
-def hparam(spec: Spec, default: Any, doc: str, *, search: str | None = None) -> HParam:
-    return HParam(spec, default, doc, search)
-
-
-def part(base: type, doc: str) -> Part:
-    return Part(base, doc)
 
 
 # ---------------------------------------------------------------------------- search spaces (Hydra sweeps)
@@ -109,24 +101,27 @@ def hparam_values(cls: type, given: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-def search_space(node: Mapping[str, Any]) -> dict[str, Any]:
-    """The search space the ``_target_`` class of the config ``node`` declares: its own
-    hyper-parameters' sweeps, then each part's space under the part's key (nested; parts without
-    one are left out)."""
-    target = imported("_target_", node["_target_"])
+def search_space(node: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """The search space the ``_target_`` class of the config ``node`` (at ``key``) declares: its
+    own hyper-parameters' sweeps, then each part's space under the part's key (nested; parts
+    without one are left out)."""
+    target = imported(f"{key}._target_", node.get("_target_"))
     own, parts = {}, {}
     for name, h in declared(target).items():
         if isinstance(h, HParam) and h.search is not None:
             own[name] = h.search
-        elif isinstance(h, Part) and isinstance(node.get(name), Mapping) and (space := search_space(node[name])):
-            parts[name] = space
+        elif isinstance(h, Part) and isinstance(node.get(name), Mapping):
+            if space := search_space(node[name], f"{key}.{name}"):
+                parts[name] = space
     return {**own, **parts}
 
 
 def register_resolver() -> None:
-    """``${declared_search_space:<node>}``: `search_space` (conf/hparams_search/base.yaml)."""
+    """``${declared_search_space:<key>}``: `search_space` of the config's node at ``<key>``
+    (conf/hparams_search/base.yaml)."""
     if not OmegaConf.has_resolver("declared_search_space"):
-        OmegaConf.register_new_resolver("declared_search_space", search_space)
+        OmegaConf.register_new_resolver("declared_search_space",
+                                        lambda key, _root_: search_space(OmegaConf.select(_root_, key), key))
 
 
 # ---------------------------------------------------------------------------- the schema's node
@@ -164,5 +159,5 @@ class DeclaredObject(Spec):
             self.node(self.target(key, value)).check(key, value, root)
 
 
-__all__ = ["DeclaredObject", "HParam", "Part", "declared", "grid", "hparam", "hparam_values",
-           "log_int", "log_uniform", "part", "register_resolver", "search_space", "uniform"]
+__all__ = ["DeclaredObject", "HParam", "Part", "declared", "grid", "hparam_values", "log_int", "log_uniform",
+           "register_resolver", "search_space", "uniform"]

@@ -129,6 +129,17 @@ def test_a_bad_sweeper_setting_is_one_error_line(tmp_path):
     assert not (tmp_path / "hpo" / "optuna.db").exists() and not (tmp_path / "sweep").exists()
 
 
+def test_a_method_whose_search_space_cannot_be_read_is_one_error_line(tmp_path):
+    """~5 s: the search space is read from the method's class (``${declared_search_space:method}``)
+    when the sweeper is built: a class that does not import ends there, as the schema says it."""
+    proc = run_cli(["-m", "hparams_search=base", "method=topk", "method._target_=no.Such",
+                    f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: method._target_: cannot be imported (No module named 'no') (got no.Such)")
+    assert "Traceback" not in proc.stderr and not (tmp_path / "sweep").exists()
+
+
 def test_driver_overrides():
     assert hpo.search_overrides(["+experiment=snips", "method=topk"]) == [
         "hparams_search=topk", "+experiment=snips", "method=topk"]

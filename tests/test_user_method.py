@@ -29,14 +29,14 @@ METHOD = '''
     import math
 
     from robustnlu.config_spec import number
-    from robustnlu.hparams import hparam, uniform
+    from robustnlu.hparams import HParam, uniform
     from robustnlu.robust.base import RobustObjective
 
 
     class BatchCVaR(RobustObjective):
         """CVaR_α of each task's batch losses: the mean of the ⌈α·b⌉ largest."""
 
-        HPARAMS = {"alpha": hparam(number("(0, 1]"), 0.5, "the share of the batch's largest losses averaged",
+        HPARAMS = {"alpha": HParam(number("(0, 1]"), 0.5, "the share of the batch's largest losses averaged",
                                    search=uniform(0.1, 1.0))}
 
         def __init__(self, **kwargs):
@@ -51,13 +51,13 @@ GROUPS = '''
 
     from robustnlu.config_spec import number
     from robustnlu.groups.base import GroupSource
-    from robustnlu.hparams import hparam
+    from robustnlu.hparams import HParam
 
 
     class IntentGroups(GroupSource):
         """One group per training intent; ``smoothing`` spreads that share of a row over all groups."""
 
-        HPARAMS = {"smoothing": hparam(number("[0, 1)"), 0.0, "the share of a membership spread over all groups")}
+        HPARAMS = {"smoothing": HParam(number("[0, 1)"), 0.0, "the share of a membership spread over all groups")}
 
         def memberships(self, datamodule):
             ids = torch.tensor([e.intent_id for e in datamodule.datasets["train"].encoded])

@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from robustnlu.config_spec import AT_LEAST_1, DROPOUT, choice, integer, number
-from robustnlu.hparams import hparam, hparam_values
+from robustnlu.hparams import HParam, hparam_values
 from robustnlu.model.spec import ModelSpec, StateBuffers
 
 OUTPUT_VOCABS = ("train", "full")
@@ -50,12 +50,12 @@ class GenerativeLM(StateBuffers):
     # none is searched in the thesis
     HPARAMS = {
         # tied embeddings [C]: thesis 5.6.2 "embedding and hidden dimension 256"
-        "hidden_size": hparam(integer(AT_LEAST_1), 256, "embedding = hidden size of the LSTM"),
-        "num_layers": hparam(integer(AT_LEAST_1), 1, "LSTM layers (thesis 5.6.2: \"one layer\")"),
+        "hidden_size": HParam(integer(AT_LEAST_1), 256, "embedding = hidden size of the LSTM"),
+        "num_layers": HParam(integer(AT_LEAST_1), 1, "LSTM layers (thesis 5.6.2: \"one layer\")"),
         # [C] small_lstm_generative (digest 2.4); during DRO training the adversary runs in eval mode (digest 2.3 [C])
-        "dropout": hparam(number(DROPOUT), 0.2, "dropout, active only while ψ0 is pre-trained"),
+        "dropout": HParam(number(DROPOUT), 0.2, "dropout, active only while ψ0 is pre-trained"),
         # train is ours, for speed: 9.3k of 30.5k sub-words on SNIPS
-        "output_vocab": hparam(choice(*OUTPUT_VOCABS), "train", "the softmax classes. train: the training set's "
+        "output_vocab": HParam(choice(*OUTPUT_VOCABS), "train", "the softmax classes. train: the training set's "
                                "sub-word types + intents + one OOV class | full: the tokenizer's whole vocabulary"),
     }
 

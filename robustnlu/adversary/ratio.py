@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel
 
 from robustnlu.config_spec import AT_LEAST_1, integer
-from robustnlu.hparams import hparam, hparam_values
+from robustnlu.hparams import HParam, hparam_values
 from robustnlu.model.jointbert import IGNORE_INDEX, JointBERT
 
 
@@ -47,7 +47,7 @@ class RatioAdversary(nn.Module):
     HPARAMS = {
         # the thesis pairs BERT-base (12 layers) with DistilBERT (6), i.e. a smaller pre-trained model; 2 of
         # MiniLM's 6 keep a step ≈ 1.3x ERM's
-        "n_layers": hparam(integer(AT_LEAST_1), 2, "the SLU encoder's first layers kept (at most all of them)"),
+        "n_layers": HParam(integer(AT_LEAST_1), 2, "the SLU encoder's first layers kept (at most all of them)"),
     }
 
     def __init__(self, spec, **hparams):

@@ -103,4 +103,5 @@ def ratio_layers_rule() -> Rule:
         layers = encoder_layers(cfg["encoder"]) if builds(adversary, RatioAdversary) else None
         return layers is None or adversary["n_layers"] <= layers
 
-    return Rule("method.adversary.n_layers", fits, lambda c, _: f"must be <= the encoder's {encoder_layers(c['encoder'])} layers")
+    return Rule("method.adversary.n_layers", fits,
+                lambda c, _: f"must be <= the encoder's {encoder_layers(c['encoder'])} layers")

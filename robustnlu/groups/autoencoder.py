@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from robustnlu.config_spec import AT_LEAST_1, DROPOUT, NON_NEGATIVE, choice, integer, number
-from robustnlu.hparams import grid, hparam, hparam_values, log_uniform
+from robustnlu.hparams import HParam, grid, hparam_values, log_uniform
 
 BETA_WEIGHTS = ("diversity", "reconstruction")
 
@@ -45,15 +45,16 @@ class OnlineAutoencoder(nn.Module):
     # Table 9's TOPK-AE block searches β_AE and c (with the method's k and λ_AE), in this order
     HPARAMS = {
         # Table 9 "ae cluster loss weight βAE": loguniform 0.1 - 1.0; the default is its geometric middle
-        "beta": hparam(number(NON_NEGATIVE), 0.3, "β_AE, the weight of the loss beta_weights names",
+        "beta": HParam(number(NON_NEGATIVE), 0.3, "β_AE, the weight of the loss beta_weights names",
                        search=log_uniform(0.1, 1.0)),
         # Table 9 "ae cluster size c": 128, 256, 512
-        "latent_groups": hparam(integer(AT_LEAST_1), 256, "c, the bottleneck size = the number of latent groups",
+        "latent_groups": HParam(integer(AT_LEAST_1), 256, "c, the bottleneck size = the number of latent groups",
                                 search=grid(128, 256, 512)),
         # App. B does not give the rate: BERT's 0.1
-        "dropout": hparam(number(DROPOUT), 0.1, "dropout on R before the reconstruction loss (App. B)"),
-        "beta_weights": hparam(choice(*BETA_WEIGHTS), "diversity", "diversity: l_AE = L_Recon − β·L_Divers "
-                               "(Algorithm 1 line 7, Table 9) | reconstruction: l_AE = β·L_Recon − L_Divers (App. B text)"),
+        "dropout": HParam(number(DROPOUT), 0.1, "dropout on R before the reconstruction loss (App. B)"),
+        "beta_weights": HParam(choice(*BETA_WEIGHTS), "diversity", "diversity: l_AE = L_Recon − β·L_Divers "
+                               "(Algorithm 1 line 7, Table 9) | reconstruction: l_AE = β·L_Recon − L_Divers "
+                               "(App. B text)"),
     }
 
     def __init__(self, hidden_size: int, **hparams):

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from robustnlu.config_spec import AT_LEAST_1, PROBABILITY, SEED, choice, integer, number
 from robustnlu.groups.base import GroupSource, one_hot_memberships
-from robustnlu.hparams import hparam
+from robustnlu.hparams import HParam
 
 
 class LDATopics(GroupSource):
@@ -24,24 +24,24 @@ class LDATopics(GroupSource):
     """
 
     HPARAMS = {
-        "n_topics": hparam(integer(AT_LEAST_1), 10, "number of topics T (digest 3.3)"),
+        "n_topics": HParam(integer(AT_LEAST_1), 10, "number of topics T (digest 3.3)"),
         # the priors: scikit-learn's LatentDirichletAllocation takes (0, 1] (checked when it fits)
-        "doc_topic_prior": hparam(number("(0, 1]"), 0.1, "Dirichlet prior α on the topic proportions (digest 3.3)"),
-        "topic_word_prior": hparam(number("(0, 1]"), 1.0, "Dirichlet prior β on the topics' word distributions "
+        "doc_topic_prior": HParam(number("(0, 1]"), 0.1, "Dirichlet prior α on the topic proportions (digest 3.3)"),
+        "topic_word_prior": HParam(number("(0, 1]"), 1.0, "Dirichlet prior β on the topics' word distributions "
                                    "(digest 3.3)"),
-        "max_vocabulary": hparam(integer(AT_LEAST_1), 10_000, "the most frequent words kept (digest 3.3 [C])"),
+        "max_vocabulary": HParam(integer(AT_LEAST_1), 10_000, "the most frequent words kept (digest 3.3 [C])"),
         # digest pitfall 13: a stop-word can be the very feature that defines a group
-        "stop_words": hparam(choice("english", null=True), None, "null: stop-words are kept | english: removed"),
-        "assignment": hparam(choice("hard", "soft"), "hard", "hard: one-hot argmax topic (the reference code) | "
+        "stop_words": HParam(choice("english", null=True), None, "null: stop-words are kept | english: removed"),
+        "assignment": HParam(choice("hard", "soft"), "hard", "hard: one-hot argmax topic (the reference code) | "
                              "soft: the topic proportions"),
-        "passes": hparam(integer(AT_LEAST_1), 10, "online passes over the corpus (gensim passes=10)"),
-        "doc_iterations": hparam(integer(AT_LEAST_1), 2, "variational iterations per utterance per update (gensim "
+        "passes": HParam(integer(AT_LEAST_1), 10, "online passes over the corpus (gensim passes=10)"),
+        "doc_iterations": HParam(integer(AT_LEAST_1), 2, "variational iterations per utterance per update (gensim "
                                  "iterations=2)"),
-        "chunk_size": hparam(integer(AT_LEAST_1), 2048, "utterances per online update (gensim chunksize 2000)"),
-        "learning_offset": hparam(number("[1, inf)"), 1.0, "offset of the online learning rate (offset + t)^-decay "
+        "chunk_size": HParam(integer(AT_LEAST_1), 2048, "utterances per online update (gensim chunksize 2000)"),
+        "learning_offset": HParam(number("[1, inf)"), 1.0, "offset of the online learning rate (offset + t)^-decay "
                                   "(gensim's 1.0; scikit-learn's own: 10)"),
-        "learning_decay": hparam(number(PROBABILITY), 0.5, "its decay (gensim's 0.5; scikit-learn's own: 0.7)"),
-        "seed": hparam(integer(SEED), 0, "the LDA's random initialisation"),
+        "learning_decay": HParam(number(PROBABILITY), 0.5, "its decay (gensim's 0.5; scikit-learn's own: 0.7)"),
+        "seed": HParam(integer(SEED), 0, "the LDA's random initialisation"),
     }
 
     def __init__(self, **hparams):

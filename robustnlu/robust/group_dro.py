@@ -34,7 +34,7 @@ from torch import Tensor
 
 from robustnlu.config_spec import POSITIVE, flag, number
 from robustnlu.groups.base import GroupSource
-from robustnlu.hparams import grid, hparam, log_uniform
+from robustnlu.hparams import HParam, grid, log_uniform
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.grouped import GroupedObjective, group_mean_losses
 
@@ -45,14 +45,15 @@ COMBINED = "combined"
 class GroupDRO(GroupedObjective):
     HPARAMS = {
         # default 0.1: Michel's thesis (grid {1, 0.1, 0.01}); search: Table 9 "step size", loguniform 1e-4 - 1
-        "step_size": hparam(number(POSITIVE), 0.1, "η of log q_g ← ρ·log q_g + η·L_g", search=log_uniform(1e-4, 1.0)),
+        "step_size": HParam(number(POSITIVE), 0.1, "η of log q_g ← ρ·log q_g + η·L_g",
+                            search=log_uniform(1e-4, 1.0)),
         # Table 9 "geometric decay: True, False" (App. C: added against overfitting) gives no rate and no formula:
         # this form is our reading; the search's True is ρ = 0.99 (ours: a memory of ~100 steps, a quarter of a
         # SNIPS epoch), False is ρ = 1
-        "decay": hparam(number("(0, 1]"), 1.0, "ρ, geometric decay of the accumulated group losses in log q "
+        "decay": HParam(number("(0, 1]"), 1.0, "ρ, geometric decay of the accumulated group losses in log q "
                         "(1 = off = Sagawa et al.)", search=grid(1.0, 0.99)),
         # Algorithm 1 of the core paper reduces the two task losses separately: one q per task by default
-        "shared_weights": hparam(flag(), False, "one q from the group losses of l_slot + γ·l_intent (Sagawa's "
+        "shared_weights": HParam(flag(), False, "one q from the group losses of l_slot + γ·l_intent (Sagawa's "
                                  "single-loss setting) instead of one q per task"),
         # Sagawa et al., and core paper 4.2: "upsamples groups reciprocally to their frequency"
         "sampling": replace(GroupedObjective.HPARAMS["sampling"], default="group_balanced"),

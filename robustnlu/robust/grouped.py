@@ -9,7 +9,7 @@ from torch import Tensor
 
 from robustnlu.config_spec import SAMPLING
 from robustnlu.groups.base import GroupSource
-from robustnlu.hparams import hparam, part
+from robustnlu.hparams import HParam, Part
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.base import RobustObjective
 
@@ -45,10 +45,10 @@ def group_topk_losses(losses: Tensor, membership: Tensor, k: int) -> Tensor:
 
 class GroupedObjective(RobustObjective):
     HPARAMS = {
-        "groups": part(GroupSource, "which group(s) each training example belongs to (method.groups, conf/groups/)"),
+        "groups": Part(GroupSource, "which group(s) each training example belongs to (method.groups, conf/groups/)"),
         # uniform batches as for every method but Group-DRO: the paper names no sampling for TopK-Group, and
         # Oren et al. sample uniformly for Topic-CVaR
-        "sampling": hparam(SAMPLING, "shuffle", "training batches: shuffle (uniform) | group_balanced (each group "
+        "sampling": HParam(SAMPLING, "shuffle", "training batches: shuffle (uniform) | group_balanced (each group "
                            "drawn equally often, Sagawa et al. 2020)"),
     }
 

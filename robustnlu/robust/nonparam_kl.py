@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from robustnlu.config_spec import POSITIVE, flag, number
-from robustnlu.hparams import grid, hparam
+from robustnlu.hparams import HParam, grid
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.base import RobustObjective
 
@@ -69,9 +69,9 @@ def optimal_temperature(losses: Tensor, kappa: float, points: int = SEARCH_POINT
 class NonParamKL(RobustObjective):
     HPARAMS = {
         # default 1: the single setting of thesis 6.3.1; search: the thesis's grid (5.4.4, 6.2.2); not in Table 9
-        "kappa": hparam(number(POSITIVE), 1.0, "κ, the KL radius in nats (at most log(batch size) is attainable; "
+        "kappa": HParam(number(POSITIVE), 1.0, "κ, the KL radius in nats (at most log(batch size) is attainable; "
                         "larger values give the sharpest weights, τ* = 1e-10)", search=grid(0.01, 0.1, 1.0, 10.0)),
-        "detach_weights": hparam(flag(), True, "true: w are constants in the gradient (Danskin's theorem); false: "
+        "detach_weights": HParam(flag(), True, "true: w are constants in the gradient (Danskin's theorem); false: "
                                  "the gradient also flows through softmax(l/τ*), as in the thesis's reference code"),
     }
 

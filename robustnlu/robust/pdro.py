@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from robustnlu.adversary.generative_lm import GenerativeLM, scored_tokens
 from robustnlu.config_spec import AT_LEAST_1, NON_NEGATIVE, POSITIVE, SEED, integer, number
-from robustnlu.hparams import grid, hparam, part
+from robustnlu.hparams import HParam, Part, grid
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.base import RobustObjective
 
@@ -57,26 +57,26 @@ def adversary_loss(log_q: Tensor, scaled_losses: Tensor, log_normaliser: Tensor)
 class PDRO(RobustObjective):
     # the searched three are the thesis's grids (5.4.6, digest 2.6; P-DRO is not in the core paper's Table 9)
     HPARAMS = {
-        "adversary": part(nn.Module, "q_ψ's factory (method.adversary, conf/adversary/), called with the ModelSpec: "
+        "adversary": Part(nn.Module, "q_ψ's factory (method.adversary, conf/adversary/), called with the ModelSpec: "
                           "a GenerativeLM-like log_prob(input_ids, mask, intents), fit_output_vocabulary(ids)"),
         # default 0.01 (thesis 5.4.6, digest 2.6), the least sensitive knob
-        "temperature": hparam(number(POSITIVE), 0.01, "τ of eq. 5.8 (the Lagrange multiplier of the KL constraint)",
+        "temperature": HParam(number(POSITIVE), 0.01, "τ of eq. 5.8 (the Lagrange multiplier of the KL constraint)",
                               search=grid(0.1, 0.01, 0.001)),
         # default 5: the thesis's for BiasedSST (10 for toxicity)
-        "window": hparam(integer(AT_LEAST_1), 5, "k of eq. 5.9: minibatches in the running normaliser",
+        "window": HParam(integer(AT_LEAST_1), 5, "k of eq. 5.9: minibatches in the running normaliser",
                          search=grid(1, 5, 10)),
         # default 1e-4 (thesis), "the most sensitive" knob (digest 2.6)
-        "adversary_lr": hparam(number(POSITIVE), 1e-4, "λ, the adversary's SGD learning rate",
+        "adversary_lr": HParam(number(POSITIVE), 1e-4, "λ, the adversary's SGD learning rate",
                                search=grid(1e-5, 1e-4, 1e-3)),
         # reference code default (digest 2.3 [C]); not searched
-        "max_grad_norm": hparam(number(POSITIVE, null=True), 10.0, "the adversary's gradient clipping (null: none)"),
+        "max_grad_norm": HParam(number(POSITIVE, null=True), 10.0, "the adversary's gradient clipping (null: none)"),
         # thesis 5.4.6 pre-trains 10 epochs on WikiText-103, then fine-tunes on the task; no corpus is reachable
         # here: ours is 1 epoch on the training set (SNIPS: ~50 s with 2 CPU cores, ~3 s on a GPU)
-        "pretrain_epochs": hparam(integer(NON_NEGATIVE), 1, "epochs of ψ0's maximum-likelihood pre-training"),
-        "pretrain_lr": hparam(number(POSITIVE), 3e-4, "Adam learning rate of the ψ0 pre-training (thesis 5.4.6)"),
-        "pretrain_batch_size": hparam(integer(AT_LEAST_1), 64, "utterances per pre-training batch (thesis 5.4.6: "
+        "pretrain_epochs": HParam(integer(NON_NEGATIVE), 1, "epochs of ψ0's maximum-likelihood pre-training"),
+        "pretrain_lr": HParam(number(POSITIVE), 3e-4, "Adam learning rate of the ψ0 pre-training (thesis 5.4.6)"),
+        "pretrain_batch_size": HParam(integer(AT_LEAST_1), 64, "utterances per pre-training batch (thesis 5.4.6: "
                                       "\"64 samples or 2500 tokens\")"),
-        "seed": hparam(integer(SEED), 0, "the pre-training's batch order and dropout masks"),
+        "seed": HParam(integer(SEED), 0, "the pre-training's batch order and dropout masks"),
     }
 
     def __init__(self, adversary: Callable[..., GenerativeLM], **kwargs):

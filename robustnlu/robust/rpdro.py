@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from robustnlu.config_spec import AT_LEAST_1, NON_NEGATIVE, POSITIVE, Seq, integer, number
-from robustnlu.hparams import grid, hparam, part
+from robustnlu.hparams import HParam, Part, grid
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.optim import weight_decay_groups
 from robustnlu.robust.base import RobustObjective
@@ -55,17 +55,18 @@ class RPDRO(RobustObjective):
     # the adversary's optimiser is the model's (thesis 6.2.2 "same learning rate and optimizer"): conf/method/rpdro.yaml
     # sets lr, weight_decay, betas, eps and max_grad_norm to the model's values
     HPARAMS = {
-        "adversary": part(nn.Module, "f_ψ's factory (method.adversary, conf/adversary/), called with the ModelSpec: "
+        "adversary": Part(nn.Module, "f_ψ's factory (method.adversary, conf/adversary/), called with the ModelSpec: "
                           "forward(inputs) -> [b] log-ratios, init_from(encoder)"),
         # default 0.1: the value of all the thesis's R-PDRO analyses (6.3.1, 6.3.3, 6.3.4); search: its grid (6.2.2)
-        "tau": hparam(number(POSITIVE), 0.1, "τ, the KL penalty weight of eq. 6.6", search=grid(0.001, 0.01, 0.1, 1.0)),
-        "lr": hparam(number(POSITIVE), 1e-4, "the adversary's AdamW learning rate"),
-        "weight_decay": hparam(number(NON_NEGATIVE), 0.0, "its AdamW weight decay (not on biases and LayerNorm)"),
-        "betas": hparam(Seq(number("[0, 1)"), length=2), (0.9, 0.999), "its AdamW betas"),
-        "eps": hparam(number(POSITIVE), 1e-8, "its AdamW epsilon"),
-        "max_grad_norm": hparam(number(POSITIVE, null=True), 1.0, "its gradient clipping (null: none)"),
+        "tau": HParam(number(POSITIVE), 0.1, "τ, the KL penalty weight of eq. 6.6",
+                      search=grid(0.001, 0.01, 0.1, 1.0)),
+        "lr": HParam(number(POSITIVE), 1e-4, "the adversary's AdamW learning rate"),
+        "weight_decay": HParam(number(NON_NEGATIVE), 0.0, "its AdamW weight decay (not on biases and LayerNorm)"),
+        "betas": HParam(Seq(number("[0, 1)"), length=2), (0.9, 0.999), "its AdamW betas"),
+        "eps": HParam(number(POSITIVE), 1e-8, "its AdamW epsilon"),
+        "max_grad_norm": HParam(number(POSITIVE, null=True), 1.0, "its gradient clipping (null: none)"),
         # thesis 6.3.4, Table 6.3: the batch-level normalisation degrades under 16
-        "min_batch_size": hparam(integer(AT_LEAST_1), 16, "setup warns below this batch size"),
+        "min_batch_size": HParam(integer(AT_LEAST_1), 16, "setup warns below this batch size"),
     }
 
     def __init__(self, adversary, **kwargs):

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from robustnlu.config_spec import flag, number
 from robustnlu.groups.base import GroupSource
-from robustnlu.hparams import hparam, log_uniform, uniform
+from robustnlu.hparams import HParam, log_uniform, uniform
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.grouped import GroupedObjective, group_mean_losses
 
@@ -52,10 +52,10 @@ class TopicCVaR(GroupedObjective):
     HPARAMS = {
         # the defaults are those of the Group-DRO authors' code; search: Table 9 TOPIC-CVAR "alpha",
         # uniform 1e-4 - 0.5, and "gamma", loguniform 1e-4 - 0.5
-        "alpha": hparam(number("(0, 1]"), 0.2, "CVaR level α: topic weight q_z ≤ p_z/α", search=uniform(1e-4, 0.5)),
-        "ema_step": hparam(number("(0, 1]"), 0.1, "step size η of the per-topic exponential loss averages "
+        "alpha": HParam(number("(0, 1]"), 0.2, "CVaR level α: topic weight q_z ≤ p_z/α", search=uniform(1e-4, 0.5)),
+        "ema_step": HParam(number("(0, 1]"), 0.1, "step size η of the per-topic exponential loss averages "
                            "(Table 9's gamma)", search=log_uniform(1e-4, 0.5)),
-        "renormalize": hparam(flag(), False, "false: topics absent from the batch contribute 0 (the authors' "
+        "renormalize": HParam(flag(), False, "false: topics absent from the batch contribute 0 (the authors' "
                               "code); true: q renormalised over the batch's topics"),
     }
 

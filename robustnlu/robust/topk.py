@@ -7,7 +7,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from robustnlu.config_spec import AT_LEAST_1, integer
-from robustnlu.hparams import hparam, log_int
+from robustnlu.hparams import HParam, log_int
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.base import RobustObjective
 
@@ -21,7 +21,7 @@ class TopK(RobustObjective):
     HPARAMS = {
         # default 4: tuned k "typically ended up in the lower regions of the range, i.e. between 2-8" (App. C);
         # search: Table 9 TOPK "topk k", logint 1 - 16 (batch size 32)
-        "k": hparam(integer(AT_LEAST_1), 4, "how many of the batch's largest per-example losses are averaged "
+        "k": HParam(integer(AT_LEAST_1), 4, "how many of the batch's largest per-example losses are averaged "
                     "(< the batch: with k >= the batch TopK is ERM)", search=log_int(1, 16)),
     }
 

@@ -29,7 +29,7 @@ from torch.nn import functional as F
 
 from robustnlu.config_spec import AT_LEAST_1, NON_NEGATIVE, POSITIVE, choice, integer, number
 from robustnlu.groups.autoencoder import OnlineAutoencoder
-from robustnlu.hparams import hparam, log_int, log_uniform, part
+from robustnlu.hparams import HParam, Part, log_int, log_uniform
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.base import RobustObjective
 from robustnlu.robust.grouped import group_topk_losses
@@ -39,21 +39,21 @@ ASSIGNMENTS = ("prob", "bin")
 
 class TopKAE(RobustObjective):
     HPARAMS = {
-        "groups": part(nn.Module, "the autoencoder's factory (method.groups, conf/groups/autoencoder.yaml), called "
+        "groups": Part(nn.Module, "the autoencoder's factory (method.groups, conf/groups/autoencoder.yaml), called "
                        "with the encoder's hidden size d: codes(x_enc) -> H [b, c], loss(x_enc) -> l_AE"),
         # Table 9 "topk k": logint 2 - 16 (App. C: the best k typically 2-8)
-        "k": hparam(integer(AT_LEAST_1), 4, "top-k losses per group (< the batch: with k >= the batch no group is "
+        "k": HParam(integer(AT_LEAST_1), 4, "top-k losses per group (< the batch: with k >= the batch no group is "
                     "truncated)", search=log_int(2, 16)),
         # bin, the better variant in the paper's results: COMBINED 96.7 vs 96.5 on SNIPS (Table 12; ERM 96.4) and
         # 92.5 vs 91.9 on TOP (Table 11; ERM 92.3), where Prob is significantly worse than ERM in 5 of 8 scenarios
         # and Bin in none; Bin is the variant Fig. 2 reports
-        "assignment": hparam(choice(*ASSIGNMENTS), "bin", "bin: one-hot argmax H (TopK-AE-Bin) | prob: soft H "
+        "assignment": HParam(choice(*ASSIGNMENTS), "bin", "bin: one-hot argmax H (TopK-AE-Bin) | prob: soft H "
                              "(TopK-AE-Prob)"),
         # Table 9 "ae learning rate λAE": loguniform 1e-4 - 1e-3; the default is its geometric middle
-        "ae_lr": hparam(number(POSITIVE), 3e-4, "λ_AE, the autoencoder's AdamW learning rate",
+        "ae_lr": HParam(number(POSITIVE), 3e-4, "λ_AE, the autoencoder's AdamW learning rate",
                         search=log_uniform(1e-4, 1e-3)),
         # App. B names α_AE, Table 9 gives no value: torch's AdamW default
-        "ae_weight_decay": hparam(number(NON_NEGATIVE), 0.01, "α_AE, the autoencoder's AdamW weight decay"),
+        "ae_weight_decay": HParam(number(NON_NEGATIVE), 0.01, "α_AE, the autoencoder's AdamW weight decay"),
     }
 
     def __init__(self, groups: Callable[..., OnlineAutoencoder], **kwargs):

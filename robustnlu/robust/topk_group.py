@@ -9,15 +9,16 @@ from torch import Tensor
 
 from robustnlu.config_spec import AT_LEAST_1, integer
 from robustnlu.groups.base import GroupSource
-from robustnlu.hparams import hparam, log_int
+from robustnlu.hparams import HParam, log_int
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.grouped import GroupedObjective, group_topk_losses
 
 
 class TopKGroup(GroupedObjective):
     HPARAMS = {
-        # default 4, in the 2-8 region where tuned k ended up (App. C); search: Table 9 TOPK-GROUP "topk k", logint 2 - 16
-        "k": hparam(integer(AT_LEAST_1), 4, "how many of a group's largest losses its group loss averages (a group "
+        # default 4, in the 2-8 region where tuned k ended up (App. C); search: Table 9 TOPK-GROUP "topk k",
+        # logint 2 - 16
+        "k": HParam(integer(AT_LEAST_1), 4, "how many of a group's largest losses its group loss averages (a group "
                     "with fewer members in the batch averages those it has; < the batch)", search=log_int(2, 16)),
     }
 
