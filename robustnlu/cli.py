@@ -39,6 +39,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import InterpolationResolutionError
 
 from robustnlu.config_schema import check_config
 from robustnlu.errors import ConfigError, RobustNLUError, report
@@ -155,9 +156,10 @@ def hydra_message(err: CompactHydraException) -> str:
 def hydra_app(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Callable[[], None]]:
     """``@hydra.main`` over ``conf/<config_name>.yaml`` (`CONF_DIR`), except that a config Hydra cannot
     compose ends like every user error: one line, exit 2 (Hydra prints several lines and exits
-    with 1). ``HYDRA_FULL_ERROR=1`` is Hydra's switch to raise its errors instead of printing
-    them; unexpected errors then show their whole traceback. A multirun whose jobs failed
-    (`JobFailed`) still ends with Hydra's summary line and exit status 1."""
+    with 1), and so does a user error a resolver raises. ``HYDRA_FULL_ERROR=1`` is Hydra's switch
+    to raise its errors instead of printing them; unexpected errors then show their whole
+    traceback. A multirun whose jobs failed (`JobFailed`) still ends with Hydra's summary line and
+    exit status 1."""
 
     def decorate(task: Callable[[DictConfig], Any]) -> Callable[[], None]:
         app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)(task)
@@ -172,6 +174,13 @@ def hydra_app(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Calla
                 sys.exit(1)
             except CompactHydraException as err:
                 sys.exit(report(ConfigError(hydra_message(err))))
+            except InterpolationResolutionError as err:  # a resolver's user error (the search space a method declares)
+                cause = err.__context__
+                while cause is not None and not isinstance(cause, RobustNLUError):
+                    cause = cause.__context__
+                if cause is None:
+                    raise
+                sys.exit(report(cause))
 
         return main
 

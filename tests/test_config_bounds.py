@@ -18,15 +18,17 @@ from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf, open_dict
 from transformers import AutoModel
 
 from integration_helpers import CONF
 from robustnlu.cli import compose_run_config
 from robustnlu.config_schema import plain, schema
-from robustnlu.config_schema.spec import FalseOr, MapOf, Node, Scalar, Seq, Spec, Variants, show
+from robustnlu.config_spec import FalseOr, MapOf, Node, Scalar, Seq, Spec, Variants, show
 from robustnlu.errors import ConfigError
+from robustnlu.groups.lda_topics import LDATopics
+from robustnlu.hparams import DeclaredObject, declared
 from robustnlu.model.encoders import tiny_bert_config
 from robustnlu.model.spec import ModelSpec
 from tests.robust.helpers import synthetic_datamodule
@@ -51,28 +53,31 @@ CONFIGS = [
 ]
 
 
-def ranged(spec: Spec, key: str, value: Any, node: Node | None = None) -> Iterator[tuple[str, Scalar, Node]]:
-    """(key, its `Scalar`, the node declaring it) for every value of the config ``value`` whose
-    spec declares a range or allows null, walking the variants the config chose."""
+def ranged(spec: Spec, key: str, value: Any) -> Iterator[tuple[str, Scalar]]:
+    """(key, its `Scalar`) for every value of the config ``value`` whose spec declares a range or
+    allows null, walking the variants the config chose (and the node its ``_target_`` declares)."""
     if isinstance(spec, Scalar):
         if spec.interval is not None or spec.null:
-            yield key, spec, node
+            yield key, spec
     elif isinstance(spec, Variants):
         if isinstance(value, dict) and value.get(spec.by) in spec.options:
-            yield from ranged(spec.options[value[spec.by]], key, value, node)
+            yield from ranged(spec.options[value[spec.by]], key, value)
+    elif isinstance(spec, DeclaredObject):
+        if isinstance(value, dict):
+            yield from ranged(spec.node(spec.target(key, value)), key, value)
     elif isinstance(spec, Node):
         for name, sub in spec.keys.items():
             if isinstance(value, dict) and name in value:
-                yield from ranged(sub, f"{key}.{name}" if key else name, value[name], spec)
+                yield from ranged(sub, f"{key}.{name}" if key else name, value[name])
     elif isinstance(spec, MapOf) and isinstance(value, dict):
         for name, item in value.items():
             if item is not None:
-                yield from ranged(spec.value, f"{key}.{name}", item, node)
+                yield from ranged(spec.value, f"{key}.{name}", item)
     elif isinstance(spec, Seq) and isinstance(value, list):
         for i, item in enumerate(value):
-            yield from ranged(spec.item, f"{key}[{i}]", item, node)
+            yield from ranged(spec.item, f"{key}[{i}]", item)
     elif isinstance(spec, FalseOr) and value not in (None, False):
-        yield from ranged(spec.spec, key, value, node)
+        yield from ranged(spec.spec, key, value)
 
 
 def composed(overrides: list[str]) -> dict[str, Any]:
@@ -85,13 +90,14 @@ def composed(overrides: list[str]) -> dict[str, Any]:
 
 
 def declared_cases() -> list[tuple[list[str], str, Scalar]]:
-    """(overrides, key, scalar): each declared value once per node that declares it."""
+    """(overrides, key, scalar): each declared value once per declaration (a node the schema or
+    a class declares; the spec objects live as long as the schema and the classes)."""
     seen, cases = set(), []
     for overrides in CONFIGS:
         values = composed(overrides)
-        for key, scalar, node in ranged(schema("config"), "", values):
-            if (key, id(node)) not in seen:
-                seen.add((key, id(node)))
+        for key, scalar in ranged(schema("config"), "", values):
+            if (key, id(scalar)) not in seen:
+                seen.add((key, id(scalar)))
                 cases.append((overrides, key, scalar))
     return cases
 
@@ -181,25 +187,29 @@ def test_every_value_a_method_node_accepts_at_its_ends_builds_the_objective(case
 
 @pytest.mark.parametrize("prior", ["doc_topic_prior", "topic_word_prior"])
 def test_the_lda_priors_end_where_scikit_learns_range_ends(prior, setup_parts):
-    """The LDA group source fits at the schema's upper end of a Dirichlet prior and scikit-learn
-    refuses just above it: the schema's range is scikit-learn's, not a narrower one."""
-    lda = schema("config").keys["method"].options["topic_cvar"].keys["groups"].options["robustnlu.groups.lda_topics.LDATopics"]
-    high = lda.keys[prior].interval.high
-    assert math.isfinite(high) and lda.keys[prior].interval.closed_high
+    """The LDA group source fits at the declared upper end of a Dirichlet prior and scikit-learn
+    refuses just above it (given to scikit-learn's model itself: LDATopics refuses it first):
+    the declared range is scikit-learn's, not a narrower one."""
+    interval = declared(LDATopics)[prior].spec.interval
+    high = interval.high
+    assert math.isfinite(high) and interval.closed_high
     _, _, dm = setup_parts
     values = composed(["method=topic_cvar"])["method"]["groups"]
     instantiate({**values, prior: high}).memberships(dm)
+    above = instantiate(values)
+    above.lda.set_params(**{prior: math.nextafter(high, math.inf)})
     with pytest.raises(ValueError, match=prior):  # scikit-learn's InvalidParameterError
-        instantiate({**values, prior: math.nextafter(high, math.inf)}).memberships(dm)
+        above.memberships(dm)
 
 
 # ---------------------------------------------------------------------------- rules across keys
 def methods_with_k() -> list[str]:
-    return [name for name, node in schema("config").keys["method"].options.items() if "k" in node.keys]
+    """The methods of conf/method/ whose class declares a ``k``."""
+    return [m for m in _options("method") if "k" in declared(get_class(composed([f"method={m}"])["method"]["_target_"]))]
 
 
 def test_the_top_k_methods_are_the_ones_with_a_k():
-    assert methods_with_k() == ["topk", "topk_group", "topk_ae_prob", "topk_ae_bin"]
+    assert methods_with_k() == ["topk", "topk_ae", "topk_ae_bin", "topk_ae_prob", "topk_group"]
 
 
 @pytest.mark.parametrize("method", methods_with_k())

@@ -13,7 +13,7 @@ import pytest
 from integration_helpers import CONF, FAST, SMALL_DRIFT, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu.cli import compose_run_config
 from robustnlu.config_schema import check_config, schema
-from robustnlu.config_schema.spec import MISSING, Interval, Node, Rule, Seq, choice, integer, number, text
+from robustnlu.config_spec import MISSING, Interval, Node, Rule, Seq, choice, integer, number, text
 from robustnlu.errors import ConfigError
 
 

@@ -8,7 +8,7 @@ import json
 import optuna
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra_plugins.robustnlu_plugins.optuna_sweeper import search_space
+from hydra_plugins.robustnlu_plugins.optuna_sweeper import search_space, sweep_overrides
 from omegaconf import OmegaConf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
@@ -50,8 +50,9 @@ def test_search_config_composes_with_its_method_and_its_params_parse(method):
         assert sweeper.study_name == f"snips-slot_value-partial-iid-{METHOD_NAMES.get(method, method)}"
         assert sweeper.storage == "sqlite:///outputs/hpo/optuna.db"
         assert sweeper.n_trials == 8 and sweeper.n_jobs == 1 and sweeper.max_failure_rate > 0
-        space, fixed = search_space([f"{k}={v}" for k, v in sweeper.params.items()])
-        assert not fixed and set(space) == set(sweeper.params)
+        overrides = sweep_overrides(sweeper.params)  # the method's declared space: under params.method
+        space, fixed = search_space(overrides)
+        assert not fixed and list(space) == [o.split("=", 1)[0] for o in overrides]
         assert {k: space[k] for k in LAMBDA_GAMMA} == LAMBDA_GAMMA
         for key in space:  # every searched key is a key of the composed training config
             assert OmegaConf.select(cfg, key, default="<missing>") != "<missing>", key
@@ -61,7 +62,7 @@ def test_search_config_composes_with_its_method_and_its_params_parse(method):
 def test_method_specific_search_spaces_are_table_9():
     def space(method):
         params = compose_search([f"hparams_search={method}"]).hydra.sweeper.params
-        return search_space([f"{k}={v}" for k, v in params.items()])[0]
+        return search_space(sweep_overrides(params))[0]
 
     assert space("erm") == LAMBDA_GAMMA
     assert space("topk")["method.k"] == IntDistribution(1, 16, log=True)
@@ -73,8 +74,18 @@ def test_method_specific_search_spaces_are_table_9():
         assert s["method.groups.beta"] == FloatDistribution(0.1, 1.0, log=True)
         assert s["method.groups.latent_groups"] == CategoricalDistribution((128, 256, 512))
     assert space("group_dro")["method.step_size"] == FloatDistribution(1e-4, 1.0, log=True)
+    assert space("group_dro")["method.decay"] == CategoricalDistribution((1.0, 0.99))  # Table 9 "geometric decay"
     assert space("topic_cvar")["method.alpha"] == FloatDistribution(1e-4, 0.5)
     assert space("topic_cvar")["method.ema_step"] == FloatDistribution(1e-4, 0.5, log=True)
+    # not in Table 9: the grids of Michel's thesis (5.4.4, 6.2.2, 5.4.6)
+    assert space("nonparam_kl") == {**LAMBDA_GAMMA, "method.kappa": CategoricalDistribution((0.01, 0.1, 1.0, 10.0))}
+    assert space("rpdro") == {**LAMBDA_GAMMA, "method.tau": CategoricalDistribution((0.001, 0.01, 0.1, 1.0))}
+    assert space("pdro") == {**LAMBDA_GAMMA, "method.temperature": CategoricalDistribution((0.1, 0.01, 0.001)),
+                             "method.window": CategoricalDistribution((1, 5, 10)),
+                             "method.adversary_lr": CategoricalDistribution((1e-5, 1e-4, 1e-3))}
+    # the order the seeded sampler draws the values in: the proposals of a study depend on it
+    assert list(space("topk_ae")) == ["optimizer.lr", "model.intent_loss_scale", "method.k", "method.ae_lr",
+                                      "method.groups.beta", "method.groups.latent_groups"]
 
 
 def test_the_value_a_run_returns_is_its_optimized_metric():
@@ -116,6 +127,17 @@ def test_a_bad_sweeper_setting_is_one_error_line(tmp_path):
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: hydra.sweeper.direction must be one of ('maximize', 'minimize'), got 'up'")
     assert not (tmp_path / "hpo" / "optuna.db").exists() and not (tmp_path / "sweep").exists()
+
+
+def test_a_method_whose_search_space_cannot_be_read_is_one_error_line(tmp_path):
+    """~5 s: the search space is read from the method's class (``${declared_search_space:method}``)
+    when the sweeper is built: a class that does not import ends there, as the schema says it."""
+    proc = run_cli(["-m", "hparams_search=base", "method=topk", "method._target_=no.Such",
+                    f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: method._target_: cannot be imported (No module named 'no') (got no.Such)")
+    assert "Traceback" not in proc.stderr and not (tmp_path / "sweep").exists()
 
 
 def test_driver_overrides():

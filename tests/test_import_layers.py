@@ -10,7 +10,9 @@ matches it, its own or a package's):
    conf/ and data/ into the wheel with it), which imports nothing of robustnlu's;
 2. the plumbing every layer may use: file writing (io), optional extras, numeric precision,
    the hardware a run trains on, checkpoint files, the repository's paths, run directories
-   (rundir), the scenario value, the table writer and a sweep job's identity (sweep_jobs);
+   (rundir), the scenario value, the table writer, a sweep job's identity (sweep_jobs), what a
+   config value may be (config_spec) and the hyper-parameters classes declare in its terms
+   (hparams);
 3. data (utterances, readers, the data module) and metrics;
 4. what is computed from data alone: the model's networks, SeqDrift splits, noise transforms,
    model selection criteria, and the efficiency protocol's corpus step and curve fit;
@@ -34,12 +36,14 @@ matches it, its own or a package's):
 cli sits below train and evaluate, not at the top, because they are Hydra apps that use its
 `hydra_app` / `run_or_exit`. A module that is in no layer fails `test_every_module_has_a_layer`:
 add it to `LAYERS` where its imports allow (new top-level modules and packages need a line;
-a module inside a listed package inherits the package's layer).
+a module inside a listed package inherits the package's layer). docs/architecture.md draws the
+same layers (`test_the_architecture_doc_draws_these_layers`).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 
@@ -49,7 +53,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "robustnlu"
 LAYERS: list[list[str]] = [
     ["errors", "_build"],
     ["io", "extras", "precision", "hardware", "checkpoint", "paths", "rundir", "runlock", "scenario", "tables",
-     "sweep_jobs"],
+     "sweep_jobs", "config_spec", "hparams"],
     ["data", "metrics"],
     ["model", "seqdrift", "noise", "selection", "efficiency"],  # efficiency: subsets, curve (the rest above)
     ["groups", "adversary", "optim", "distributed"],
@@ -133,3 +137,46 @@ def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
     assert imports_of("robustnlu.model.fake", source) >= {"robustnlu.train", "robustnlu.model.jointbert"}
     assert layer_of("robustnlu.train") > layer_of("robustnlu.model.fake")
     assert layer_of("robustnlu.seqdrift.__main__") == TOP and layer_of("robustnlu.nonexistent") is None
+
+
+def doc_layers(text: str) -> dict[str, int]:
+    """The layer picture of docs/architecture.md (its first code block): each module or package
+    it names (``io.py``, ``config_schema/``, ``efficiency/{subsets,curve}.py``, ``studies/runner.py``,
+    ``seqdrift.canonical``; words in parentheses are descriptions) → its layer number."""
+    block = text.split("```")[1]
+    layers, layer = {}, None
+    for line in block.splitlines():
+        if m := re.match(r"\s*(\d+)\s{2}\S.*?\s{2,}(.*)", line):  # " 11  entry points     <names>"
+            layer, names = int(m[1]), m[2]
+        elif line.strip():
+            names = line
+        else:
+            continue
+        layers.setdefault(layer, []).append(names)
+    found = {}
+    for layer, lines in layers.items():
+        names = " ".join(lines)
+        while re.search(r"\([^()]*\)", names):
+            names = re.sub(r"\([^()]*\)", "", names)
+        for token in re.findall(r"(?:\w+/)+\{[\w,]+\}\.py|(?:\w+/)*\w+(?:\.\w+)?/?", names):
+            if m := re.fullmatch(r"((?:\w+/)+)\{([\w,]+)\}\.py", token):
+                found.update({f"{m[1].replace('/', '.')}{name}": layer for name in m[2].split(",")})
+            elif m := re.fullmatch(r"((?:\w+/)*\w+)(?:\.py|/)|(\w+\.\w+)", token):
+                found[m[1].replace("/", ".") if m[1] else m[2]] = layer
+    found.pop("__main__", None)
+    return found
+
+
+def test_the_architecture_doc_draws_these_layers():
+    """Every module or package the picture names exists and sits in the layer drawn (a module
+    drawn inside a listed package: in the package's), and every name of `LAYERS` is drawn."""
+    drawn = doc_layers((PACKAGE.parent / "docs" / "architecture.md").read_text())
+    assert {name for name in drawn if f"robustnlu.{name}" not in MODULES} == set()
+    assert {name: layer for name, layer in drawn.items() if layer_of(f"robustnlu.{name}") + 1 != layer} == {}
+    listed = {name for names in LAYERS for name in names}
+    assert {n for n in listed if n not in drawn and not any(d.startswith(f"{n}.") for d in drawn)} == set()
+
+
+def test_the_doc_reader_reads_names_and_skips_descriptions():
+    picture = "```\n  2  plumbing         io.py, x/{a,b}.py (the io/ of c.py)\n                      pkg/, m.n, p/q.py, p/r/\n```"
+    assert doc_layers(picture) == {"io": 2, "x.a": 2, "x.b": 2, "pkg": 2, "m.n": 2, "p.q": 2, "p.r": 2}

@@ -1,7 +1,8 @@
 """robustnlu as a user installs it: the sdist built from a copy of this checkout, the wheel
 built from that sdist (as ``python -m build`` does), installed into a fresh virtual environment
-and run from a folder outside the checkout: ``robustnlu --help``, a composed config, and a
-one-epoch training run on the shipped SNIPS with its shipped SeqDrift clustering.
+and run from a folder outside the checkout: ``robustnlu --help``, a composed config, a
+one-epoch training run on the shipped SNIPS with its shipped SeqDrift clustering, and one with a
+method of the user's own (its module in the user's folder, its YAML in their config folder).
 
 Offline and fast: the build uses this environment's setuptools (no build isolation), and the
 fresh venv (without system site-packages, without pip) reaches the already installed
@@ -12,12 +13,14 @@ without running the ``.pth`` files in it). Marked ``wheel``: not in ``make test`
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import site
 import subprocess
 import sys
 import tarfile
+import textwrap
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from integration_helpers import REPO
+from test_user_method import METHOD
 
 pytestmark = pytest.mark.wheel
 
@@ -155,3 +159,24 @@ def test_a_tiny_training_run_from_another_folder(installed):
     assert f"path: {installed.site_packages / 'robustnlu' / '_shipped' / 'data' / 'snips'}\n" in config
     assert (installed.work / "outputs" / "cache").is_dir()  # relative paths: from the folder the command runs in
     assert not list(installed.site_packages.rglob("outputs"))
+
+
+def test_a_method_of_the_users_own_trains_with_the_installed_package(installed):
+    """docs/architecture.md's recipe without a checkout: the class in a module of the user's (in
+    the folder they run ``python -m robustnlu`` in), its YAML found with ``hydra.searchpath``."""
+    (installed.work / "mymethods.py").write_text(textwrap.dedent(METHOD))
+    (installed.work / "myconf" / "method").mkdir(parents=True)
+    (installed.work / "myconf" / "method" / "batch_cvar.yaml").write_text(
+        "_target_: mymethods.BatchCVaR\nname: batch_cvar\nalpha: 0.25\n")
+    args = [installed.python, "-m", "robustnlu", "+experiment=snips_slot_context", "method=batch_cvar",
+            f"hydra.searchpath=[file://{installed.work / 'myconf'}]", "encoder=tiny", "trainer.max_epochs=1",
+            "+trainer.limit_train_batches=3", "+trainer.limit_val_batches=2", "data.batch_size=16",
+            "~callbacks.progress_bar", "trainer.enable_progress_bar=false", "trainer.accelerator=cpu",
+            "trainer.precision=32-true"]
+    proc = installed.run(*args, "hydra.run.dir=outputs/mine")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    results = json.loads((installed.work / "outputs" / "mine" / "results.json").read_text())
+    assert results["method"] == "batch_cvar" and results["config"]["method"]["alpha"] == 0.25
+    refused = installed.run(*args, "method.alpha=2", "hydra.run.dir=outputs/refused")
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == "error: method.alpha: must be in (0, 1] (got 2)"

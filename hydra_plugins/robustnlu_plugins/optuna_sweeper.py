@@ -4,7 +4,9 @@ sampler proposes, Hydra's launcher (basic, or submitit: Slurm / local processes)
 ``n_jobs`` trials, the values the jobs return are told back. It replaces hydra-optuna-sweeper
 1.3.0 (which requires optuna < 3) with the same configuration keys and search-space syntax:
 
-- ``hydra.sweeper.params`` and sweep overrides on the command line are the search space:
+- ``hydra.sweeper.params`` and sweep overrides on the command line are the search space (a
+  nested mapping in ``params`` stands for its keys under its own: conf/hparams_search/base.yaml's
+  ``method``, the space the method declares, gives ``method.k``, ``method.groups.beta``, ...):
   ``choice(a, b)`` = categorical; ``interval(lo, hi)`` = float uniform, ``int(interval(lo, hi))`` =
   int uniform, ``tag(log, ...)`` = log scale; ``range(start, stop, step)`` = stepped int / float
   (``stop`` excluded, as in Hydra); not ``glob``. Plain overrides are
@@ -23,7 +25,7 @@ when Hydra scans its plugins, so a core install without the ``hpo`` extra still 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -66,6 +68,17 @@ def distribution(override: Override) -> Any:
             return IntDistribution(value.start, value.end, log=log_scale)
         return FloatDistribution(value.start, value.end, log=log_scale)
     raise AssertionError(f"unknown sweep {override.input_line}")  # Hydra 1.3 has no other kind
+
+
+def sweep_overrides(params: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """``hydra.sweeper.params`` as ``key=sweep`` overrides, a nested mapping's keys under its own."""
+    overrides = []
+    for key, value in params.items():
+        if isinstance(value, Mapping):
+            overrides += sweep_overrides(value, f"{prefix}{key}.")
+        else:
+            overrides.append(f"{prefix}{key}={value}")
+    return overrides
 
 
 def search_space(overrides: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -122,7 +135,7 @@ class OptunaSweeper(Sweeper):
 
         try:
             self._check()
-            space, fixed = search_space([*(f"{k}={v}" for k, v in self.params.items()), *arguments])
+            space, fixed = search_space([*sweep_overrides(self.params), *arguments])
         except ConfigError as err:
             exit_with_error(err)
         study = optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=self.sampler,

@@ -39,23 +39,36 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from robustnlu.config_spec import AT_LEAST_1, DROPOUT, choice, integer, number
+from robustnlu.hparams import HParam, hparam_values
 from robustnlu.model.spec import ModelSpec, StateBuffers
 
 OUTPUT_VOCABS = ("train", "full")
 
 
 class GenerativeLM(StateBuffers):
-    def __init__(self, spec: ModelSpec, hidden_size: int = 256, num_layers: int = 1, dropout: float = 0.2,
-                 output_vocab: str = "train"):
+    # none is searched in the thesis
+    HPARAMS = {
+        # tied embeddings [C]: thesis 5.6.2 "embedding and hidden dimension 256"
+        "hidden_size": HParam(integer(AT_LEAST_1), 256, "embedding = hidden size of the LSTM"),
+        "num_layers": HParam(integer(AT_LEAST_1), 1, "LSTM layers (thesis 5.6.2: \"one layer\")"),
+        # [C] small_lstm_generative (digest 2.4); during DRO training the adversary runs in eval mode (digest 2.3 [C])
+        "dropout": HParam(number(DROPOUT), 0.2, "dropout, active only while ψ0 is pre-trained"),
+        # train is ours, for speed: 9.3k of 30.5k sub-words on SNIPS
+        "output_vocab": HParam(choice(*OUTPUT_VOCABS), "train", "the softmax classes. train: the training set's "
+                               "sub-word types + intents + one OOV class | full: the tokenizer's whole vocabulary"),
+    }
+
+    def __init__(self, spec: ModelSpec, **hparams):
         super().__init__()
-        if output_vocab not in OUTPUT_VOCABS:
-            raise ValueError(f"output_vocab={output_vocab!r}: expected one of {OUTPUT_VOCABS}")
-        self.output_vocab = output_vocab
+        self.hparams = hparam_values(type(self), hparams)
+        hidden_size, num_layers = self.hparams["hidden_size"], self.hparams["num_layers"]
+        self.output_vocab = self.hparams["output_vocab"]
         self.vocab_size = spec.vocab_size
         n_rows = spec.vocab_size + spec.n_intents + 1  # sub-words, label tokens, OOV
         self.oov_row = n_rows - 1
         self.embedding = nn.Embedding(n_rows, hidden_size)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(self.hparams["dropout"])
         self.lstm = nn.LSTM(hidden_size, hidden_size, num_layers, batch_first=True)
         # the softmax classes (embedding rows, data-sized after `fit_output_vocabulary`) and
         # each row's class (rows outside the classes go to the OOV class)

@@ -26,6 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel
 
+from robustnlu.config_spec import AT_LEAST_1, integer
+from robustnlu.hparams import HParam, hparam_values
 from robustnlu.model.jointbert import IGNORE_INDEX, JointBERT
 
 
@@ -42,10 +44,18 @@ def gold_logit_score(intent_logits: Tensor, slot_logits: Tensor, intent_labels: 
 
 
 class RatioAdversary(nn.Module):
-    def __init__(self, spec, n_layers: int = 2):
+    HPARAMS = {
+        # the thesis pairs BERT-base (12 layers) with DistilBERT (6), i.e. a smaller pre-trained model; 2 of
+        # MiniLM's 6 keep a step ≈ 1.3x ERM's
+        "n_layers": HParam(integer(AT_LEAST_1), 2, "the SLU encoder's first layers kept (at most all of them)"),
+    }
+
+    def __init__(self, spec, **hparams):
         """``spec``: the `ModelSpec` (its ``encoder_config`` is the SLU encoder's HF config, from
-        which the architecture is rebuilt without weights); ``n_layers``: encoder layers kept."""
+        which the architecture is rebuilt without weights)."""
         super().__init__()
+        self.hparams = hparam_values(type(self), hparams)
+        n_layers = self.hparams["n_layers"]
         encoder_config = spec.encoder_config
         if isinstance(encoder_config, DictConfig):
             encoder_config = OmegaConf.to_container(encoder_config, resolve=True)

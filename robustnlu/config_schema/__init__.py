@@ -4,7 +4,9 @@ before a run writes anything (`robustnlu.cli.run_or_exit`, `check_config`).
 Declarative: one table per config group (a `Node` of keys, a `Variants` choosing the node by a
 key such as ``optimizer.name``), its values `integer`, `number`, `choice`, `flag`, `text` with
 their ranges written as intervals (``"(0, 1]"``). The YAML files in conf/ keep the defaults and
-their sources; this module says only what is allowed. A bad value is a `ConfigError` with one
+their sources; this module says only what is allowed. A method's keys, and its group source's or
+adversary's, are what their classes declare (`robustnlu.hparams`: any importable subclass is
+checked against its own declaration). A bad value is a `ConfigError` with one
 line ``<key>: <problem> (got <value>)``; a key the schema does not know is one too, except
 where a node takes an object's keyword arguments (``trainer``: any `pytorch_lightning.Trainer`
 argument, callbacks and loggers: their class's arguments, any ``_target_`` that imports).
@@ -15,7 +17,7 @@ with Hydra's own multi-line message and exit status 1 and, in a multirun, the wh
 instead of the one job. Checked here, a bad value fails like any other user error: one line,
 exit 2, no run directory, and only its own job in a sweep.
 
-The spec language is in `robustnlu.config_schema.spec`; the nodes of the config groups in
+The spec language is in `robustnlu.config_spec`; the nodes of the config groups in
 ``drift`` (SeqDrift's split), ``data`` (corpus, noise, efficiency), ``method`` (objective, groups,
 adversary, selection, optimiser) and ``training`` (encoder, trainer, callbacks, loggers, paths).
 """
@@ -29,8 +31,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from robustnlu.config_schema.data import augment, data, dataset, efficiency, noise, suites
 from robustnlu.config_schema.drift import drift, split_rule, validation
-from robustnlu.config_schema.method import CONATURAL_RULE, TOP_K_RULE, method, optimizer, selection
-from robustnlu.config_schema.spec import (
+from robustnlu.config_schema.method import CONATURAL_RULE, method, optimizer, ratio_layers_rule, selection, top_k_rule
+from robustnlu.config_spec import (
     AT_LEAST_1, DROPOUT, MISSING, NON_NEGATIVE, SEED, Node, Seq, bad, choice, flag, integer, number, text)
 from robustnlu.config_schema.training import TINY_POSITIONS_RULE, callbacks, encoder, loggers, paths, trainer
 
@@ -53,7 +55,7 @@ def schema(config_name: str) -> Node:
             # +resume_override=[key, ...]: settings a resumed run may change (robustnlu/resume.py)
             "resume_override": Seq(text(pattern=r"[\w.]+")),
         }, optional=frozenset({"suite", "efficiency", "resume_override"}),
-            rules=(split_rule(), TINY_POSITIONS_RULE, CONATURAL_RULE, TOP_K_RULE))
+            rules=(split_rule(), TINY_POSITIONS_RULE, CONATURAL_RULE, top_k_rule(), ratio_layers_rule()))
     if config_name == "seqdrift":  # python -m robustnlu.seqdrift
         return Node({"dataset": dataset(), "drift": drift(), "validation": validation(), "paths": paths(),
                      "inspect": integer(NON_NEGATIVE), "inspect_examples": integer(NON_NEGATIVE),

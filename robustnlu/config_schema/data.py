@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from robustnlu.config_schema.spec import (
+from robustnlu.config_spec import (
     AT_LEAST_1, NON_NEGATIVE, PROBABILITY, SEED, FalseOr, Importable, MapOf, Node, Rule, Seq, Variants, by_target, choice,
     flag, instance, integer, number, text)
 

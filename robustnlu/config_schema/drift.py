@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from robustnlu.config_schema.spec import Node, Rule, Spec, Variants, bad, text
+from robustnlu.config_spec import Node, Rule, Spec, Variants, bad, text
 
 
 @dataclass(frozen=True)

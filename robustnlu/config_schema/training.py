@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from robustnlu.config_schema.spec import (
+from robustnlu.config_spec import (
     AT_LEAST_1, DROPOUT, NON_NEGATIVE, POSITIVE, AnyOf, Anything, MapOf, Node, Rule, Seq, Variants, arguments_of, by_target,
     choice, flag, instance, integer, number, text)
 from robustnlu.paths import DATA_DIR

@@ -35,20 +35,36 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from robustnlu.config_spec import AT_LEAST_1, DROPOUT, NON_NEGATIVE, choice, integer, number
+from robustnlu.hparams import HParam, grid, hparam_values, log_uniform
+
 BETA_WEIGHTS = ("diversity", "reconstruction")
 
 
 class OnlineAutoencoder(nn.Module):
-    def __init__(self, hidden_size: int, latent_groups: int = 256, dropout: float = 0.1, beta: float = 0.3,
-                 beta_weights: str = "diversity"):
-        """``hidden_size`` d (the encoder's, from the ModelSpec), ``latent_groups`` c, ``dropout``
-        on R, ``beta`` β_AE on the loss ``beta_weights`` names ("diversity" | "reconstruction")."""
+    # Table 9's TOPK-AE block searches β_AE and c (with the method's k and λ_AE), in this order
+    HPARAMS = {
+        # Table 9 "ae cluster loss weight βAE": loguniform 0.1 - 1.0; the default is its geometric middle
+        "beta": HParam(number(NON_NEGATIVE), 0.3, "β_AE, the weight of the loss beta_weights names",
+                       search=log_uniform(0.1, 1.0)),
+        # Table 9 "ae cluster size c": 128, 256, 512
+        "latent_groups": HParam(integer(AT_LEAST_1), 256, "c, the bottleneck size = the number of latent groups",
+                                search=grid(128, 256, 512)),
+        # App. B does not give the rate: BERT's 0.1
+        "dropout": HParam(number(DROPOUT), 0.1, "dropout on R before the reconstruction loss (App. B)"),
+        "beta_weights": HParam(choice(*BETA_WEIGHTS), "diversity", "diversity: l_AE = L_Recon − β·L_Divers "
+                               "(Algorithm 1 line 7, Table 9) | reconstruction: l_AE = β·L_Recon − L_Divers "
+                               "(App. B text)"),
+    }
+
+    def __init__(self, hidden_size: int, **hparams):
+        """``hidden_size`` d: the encoder's (from the ModelSpec)."""
         super().__init__()
-        if beta_weights not in BETA_WEIGHTS:
-            raise ValueError(f"beta_weights={beta_weights!r}: expected one of {BETA_WEIGHTS}")
-        self.dropout = float(dropout)
-        self.beta = float(beta)
-        self.beta_weights = beta_weights
+        self.hparams = hparam_values(type(self), hparams)
+        latent_groups = self.hparams["latent_groups"]
+        self.dropout = self.hparams["dropout"]
+        self.beta = self.hparams["beta"]
+        self.beta_weights = self.hparams["beta_weights"]
         # nn.Linear's initialisation (uniform ±1/sqrt(fan_in)), without biases as in eq. 1
         self.encoder = nn.Parameter(torch.empty(hidden_size, latent_groups).uniform_(-1, 1) / math.sqrt(hidden_size))
         self.decoder = nn.Parameter(torch.empty(latent_groups, hidden_size).uniform_(-1, 1) / math.sqrt(latent_groups))

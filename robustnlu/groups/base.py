@@ -12,8 +12,19 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from robustnlu.hparams import HParam, hparam_values
+
 
 class GroupSource:
+    #: the source's hyper-parameters, one line each (`robustnlu.hparams`): the config schema of
+    #: ``method.groups`` and the constructor's checks read them; a subclass declares its own
+    HPARAMS: dict[str, HParam] = {}
+
+    def __init__(self, **hparams):
+        """``hparams``: values of the declared hyper-parameters, checked and completed with the
+        declared defaults into ``self.hparams``."""
+        self.hparams = hparam_values(type(self), hparams)
+
     def memberships(self, datamodule) -> Tensor:
         """``[n_train, G]`` float membership matrix, rows summing to 1."""
         raise NotImplementedError

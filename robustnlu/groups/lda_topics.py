@@ -8,55 +8,59 @@ from sklearn.decomposition import LatentDirichletAllocation
 from sklearn.feature_extraction.text import CountVectorizer
 from torch import Tensor
 
+from robustnlu.config_spec import AT_LEAST_1, PROBABILITY, SEED, choice, integer, number
 from robustnlu.groups.base import GroupSource, one_hot_memberships
+from robustnlu.hparams import HParam
 
 
 class LDATopics(GroupSource):
     """scikit-learn's variational LDA over bag-of-words counts of the training utterances'
     tokens (lower-cased, split as the dataset splits them; punctuation tokens are words too).
 
-    Defaults follow the thesis digest 3.3 (the P-DRO reference code's gensim LDA): 10 topics,
-    α = 0.1, β = 1.0, vocabulary ≤ 10,000, online variational Bayes as gensim runs it (chunks
-    of ~2,000 utterances, learning rate (1 + t)^-0.5), 10 passes, 2 inference iterations per
-    document: ~4 s of one CPU core for SNIPS' 13k training utterances. The passes are
-    `partial_fit` calls: ``fit`` would add a full perplexity evaluation (~2 s on SNIPS) that
-    nothing uses. Stop-words are kept by default (digest pitfall 13: a stop-word can be the
-    very feature that defines a group). ``assignment``: "hard" = one-hot argmax topic (as in
-    the reference code), "soft" = the topic proportions.
+    Defaults follow the thesis digest 3.3 (the P-DRO reference code's gensim LDA), with online
+    variational Bayes as gensim runs it: ~4 s of one CPU core for SNIPS' 13k training
+    utterances. The passes are `partial_fit` calls: ``fit`` would add a full perplexity
+    evaluation (~2 s on SNIPS) that nothing uses.
     """
 
-    def __init__(
-        self,
-        n_topics: int = 10,
-        doc_topic_prior: float = 0.1,
-        topic_word_prior: float = 1.0,
-        max_vocabulary: int = 10_000,
-        stop_words: str | None = None,
-        assignment: str = "hard",
-        passes: int = 10,
-        doc_iterations: int = 2,
-        chunk_size: int = 2048,
-        learning_offset: float = 1.0,
-        learning_decay: float = 0.5,
-        seed: int = 0,
-    ):
-        if assignment not in ("hard", "soft"):
-            raise ValueError(f"assignment={assignment!r}: expected 'hard' or 'soft'")
-        self.assignment = assignment
-        self.passes = passes
-        self.vectorizer = CountVectorizer(
-            tokenizer=str.split, token_pattern=None, lowercase=True, stop_words=stop_words, max_features=max_vocabulary
-        )
+    HPARAMS = {
+        "n_topics": HParam(integer(AT_LEAST_1), 10, "number of topics T (digest 3.3)"),
+        # the priors: scikit-learn's LatentDirichletAllocation takes (0, 1] (checked when it fits)
+        "doc_topic_prior": HParam(number("(0, 1]"), 0.1, "Dirichlet prior α on the topic proportions (digest 3.3)"),
+        "topic_word_prior": HParam(number("(0, 1]"), 1.0, "Dirichlet prior β on the topics' word distributions "
+                                   "(digest 3.3)"),
+        "max_vocabulary": HParam(integer(AT_LEAST_1), 10_000, "the most frequent words kept (digest 3.3 [C])"),
+        # digest pitfall 13: a stop-word can be the very feature that defines a group
+        "stop_words": HParam(choice("english", null=True), None, "null: stop-words are kept | english: removed"),
+        "assignment": HParam(choice("hard", "soft"), "hard", "hard: one-hot argmax topic (the reference code) | "
+                             "soft: the topic proportions"),
+        "passes": HParam(integer(AT_LEAST_1), 10, "online passes over the corpus (gensim passes=10)"),
+        "doc_iterations": HParam(integer(AT_LEAST_1), 2, "variational iterations per utterance per update (gensim "
+                                 "iterations=2)"),
+        "chunk_size": HParam(integer(AT_LEAST_1), 2048, "utterances per online update (gensim chunksize 2000)"),
+        "learning_offset": HParam(number("[1, inf)"), 1.0, "offset of the online learning rate (offset + t)^-decay "
+                                  "(gensim's 1.0; scikit-learn's own: 10)"),
+        "learning_decay": HParam(number(PROBABILITY), 0.5, "its decay (gensim's 0.5; scikit-learn's own: 0.7)"),
+        "seed": HParam(integer(SEED), 0, "the LDA's random initialisation"),
+    }
+
+    def __init__(self, **hparams):
+        super().__init__(**hparams)
+        hp = self.hparams
+        self.assignment = hp["assignment"]
+        self.passes = hp["passes"]
+        self.vectorizer = CountVectorizer(tokenizer=str.split, token_pattern=None, lowercase=True,
+                                          stop_words=hp["stop_words"], max_features=hp["max_vocabulary"])
         self.lda = LatentDirichletAllocation(
-            n_components=n_topics,
-            doc_topic_prior=doc_topic_prior,
-            topic_word_prior=topic_word_prior,
+            n_components=hp["n_topics"],
+            doc_topic_prior=hp["doc_topic_prior"],
+            topic_word_prior=hp["topic_word_prior"],
             learning_method="online",
-            max_doc_update_iter=doc_iterations,
-            batch_size=chunk_size,
-            learning_offset=learning_offset,
-            learning_decay=learning_decay,
-            random_state=seed,
+            max_doc_update_iter=hp["doc_iterations"],
+            batch_size=hp["chunk_size"],
+            learning_offset=hp["learning_offset"],
+            learning_decay=hp["learning_decay"],
+            random_state=hp["seed"],
         )
 
     def topic_proportions(self, texts: list[str]) -> Tensor:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from robustnlu.hparams import HParam, Part, hparam_values
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.model.spec import ModelSpec, StateBuffers
 
@@ -62,10 +63,16 @@ class RobustObjective(StateBuffers):
     #: (each example drawn with probability reciprocal to its group's frequency, Sagawa et al.
     #: 2020); see `sample_weights`.
     sampling = "shuffle"
+    #: the method's hyper-parameters, one line each (`robustnlu.hparams`): the config schema, the
+    #: constructor's checks and the HPO search space read them; a subclass adds its own
+    HPARAMS: dict[str, HParam | Part] = {}
 
-    def __init__(self, name: str = "", intent_loss_scale: float = 1.0, spec: ModelSpec | None = None):
-        """``name`` is the method's config name (``method.name``), γ = ``intent_loss_scale``."""
+    def __init__(self, name: str = "", intent_loss_scale: float = 1.0, spec: ModelSpec | None = None, **hparams):
+        """``name`` is the method's config name (``method.name``), γ = ``intent_loss_scale``;
+        ``hparams`` the values of the hyper-parameters the class declares, checked and completed
+        with the declared defaults into ``self.hparams`` (`robustnlu.hparams.hparam_values`)."""
         super().__init__()
+        self.hparams = hparam_values(type(self), hparams)
         self.name = name
         self.intent_loss_scale = float(intent_loss_scale)
         self.spec = spec

@@ -27,11 +27,14 @@ single-loss setting of Sagawa et al.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 from torch import Tensor
 
+from robustnlu.config_spec import POSITIVE, flag, number
 from robustnlu.groups.base import GroupSource
+from robustnlu.hparams import HParam, grid, log_uniform
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.base import entropy
 from robustnlu.robust.grouped import GroupedObjective, group_mean_losses
@@ -41,18 +44,27 @@ COMBINED = "combined"
 
 
 class GroupDRO(GroupedObjective):
-    def __init__(self, groups: GroupSource, step_size: float = 0.1, decay: float = 1.0,
-                 shared_weights: bool = False, sampling: str = "group_balanced", **kwargs):
-        """``step_size`` η > 0; ``decay`` ρ ∈ (0, 1] (1 = no decay); ``shared_weights``: one q
-        for l_slot + γ·l_intent instead of one per task."""
-        super().__init__(groups, sampling=sampling, **kwargs)
-        if step_size <= 0:
-            raise ValueError(f"step_size={step_size}: expected > 0")
-        if not 0 < decay <= 1:
-            raise ValueError(f"decay={decay}: expected 0 < decay <= 1")
-        self.step_size = float(step_size)
-        self.decay = float(decay)
-        self.weight_sets = (COMBINED,) if shared_weights else self.TASKS
+    HPARAMS = {
+        # default 0.1: Michel's thesis (grid {1, 0.1, 0.01}); search: Table 9 "step size", loguniform 1e-4 - 1
+        "step_size": HParam(number(POSITIVE), 0.1, "η of log q_g ← ρ·log q_g + η·L_g",
+                            search=log_uniform(1e-4, 1.0)),
+        # Table 9 "geometric decay: True, False" (App. C: added against overfitting) gives no rate and no formula:
+        # this form is our reading; the search's True is ρ = 0.99 (ours: a memory of ~100 steps, a quarter of a
+        # SNIPS epoch), False is ρ = 1
+        "decay": HParam(number("(0, 1]"), 1.0, "ρ, geometric decay of the accumulated group losses in log q "
+                        "(1 = off = Sagawa et al.)", search=grid(1.0, 0.99)),
+        # Algorithm 1 of the core paper reduces the two task losses separately: one q per task by default
+        "shared_weights": HParam(flag(), False, "one q from the group losses of l_slot + γ·l_intent (Sagawa's "
+                                 "single-loss setting) instead of one q per task"),
+        # Sagawa et al., and core paper 4.2: "upsamples groups reciprocally to their frequency"
+        "sampling": replace(GroupedObjective.HPARAMS["sampling"], default="group_balanced"),
+    }
+
+    def __init__(self, groups: GroupSource, **kwargs):
+        super().__init__(groups, **kwargs)
+        self.step_size = self.hparams["step_size"]
+        self.decay = self.hparams["decay"]
+        self.weight_sets = (COMBINED,) if self.hparams["shared_weights"] else self.TASKS
         for name in self.weight_sets:  # sized in on_groups; a checkpoint's size replaces it
             self.register_buffer(self._buffer(name), torch.zeros(0))
 

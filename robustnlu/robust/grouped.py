@@ -7,7 +7,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from robustnlu.config_spec import SAMPLING
 from robustnlu.groups.base import GroupSource
+from robustnlu.hparams import HParam, Part
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.base import RobustObjective
 
@@ -42,13 +44,18 @@ def group_topk_losses(losses: Tensor, membership: Tensor, k: int) -> Tensor:
 
 
 class GroupedObjective(RobustObjective):
-    def __init__(self, groups: GroupSource, sampling: str = "shuffle", **kwargs):
-        """``groups``: the group source; ``sampling``: "shuffle" or "group_balanced"."""
+    HPARAMS = {
+        "groups": Part(GroupSource, "which group(s) each training example belongs to (method.groups, conf/groups/)"),
+        # uniform batches as for every method but Group-DRO: the paper names no sampling for TopK-Group, and
+        # Oren et al. sample uniformly for Topic-CVaR
+        "sampling": HParam(SAMPLING, "shuffle", "training batches: shuffle (uniform) | group_balanced (each group "
+                           "drawn equally often, Sagawa et al. 2020)"),
+    }
+
+    def __init__(self, groups: GroupSource, **kwargs):
         super().__init__(**kwargs)
-        if sampling not in ("shuffle", "group_balanced"):
-            raise ValueError(f"sampling={sampling!r}: expected 'shuffle' or 'group_balanced'")
         self.group_source = groups
-        self.sampling = sampling
+        self.sampling = self.hparams["sampling"]
         self.register_buffer("membership", None, persistent=False)
 
     @property

@@ -28,6 +28,8 @@ import math
 import torch
 from torch import Tensor
 
+from robustnlu.config_spec import POSITIVE, flag, number
+from robustnlu.hparams import HParam, grid
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.base import RobustObjective
 
@@ -65,13 +67,18 @@ def optimal_temperature(losses: Tensor, kappa: float, points: int = SEARCH_POINT
 
 
 class NonParamKL(RobustObjective):
-    def __init__(self, kappa: float = 1.0, detach_weights: bool = True, **kwargs):
-        """``kappa`` κ > 0: the KL radius; ``detach_weights``: treat w as constants (Danskin)."""
+    HPARAMS = {
+        # default 1: the single setting of thesis 6.3.1; search: the thesis's grid (5.4.4, 6.2.2); not in Table 9
+        "kappa": HParam(number(POSITIVE), 1.0, "κ, the KL radius in nats (at most log(batch size) is attainable; "
+                        "larger values give the sharpest weights, τ* = 1e-10)", search=grid(0.01, 0.1, 1.0, 10.0)),
+        "detach_weights": HParam(flag(), True, "true: w are constants in the gradient (Danskin's theorem); false: "
+                                 "the gradient also flows through softmax(l/τ*), as in the thesis's reference code"),
+    }
+
+    def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        if kappa <= 0:
-            raise ValueError(f"kappa={kappa}: expected > 0")
-        self.kappa = float(kappa)
-        self.detach_weights = bool(detach_weights)
+        self.kappa = self.hparams["kappa"]
+        self.detach_weights = self.hparams["detach_weights"]
 
     def log_weights(self, losses: Tensor) -> Tensor:
         """log w = log_softmax(l/τ*) ``[b]`` of the batch's per-example losses (computed in

@@ -31,8 +31,10 @@ from __future__ import annotations
 import warnings
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from robustnlu.config_spec import AT_LEAST_1, NON_NEGATIVE, POSITIVE, Seq, integer, number
+from robustnlu.hparams import HParam, Part, grid
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.optim import weight_decay_groups
 from robustnlu.robust.base import EpochMeans, RobustObjective, entropy
@@ -50,19 +52,32 @@ def rpdro_losses(f: Tensor, losses: Tensor, tau: float) -> tuple[Tensor, Tensor]
 
 
 class RPDRO(RobustObjective):
-    def __init__(self, adversary, tau: float = 0.1, lr: float = 1e-4, weight_decay: float = 0.0,
-                 betas=(0.9, 0.999), eps: float = 1e-8, max_grad_norm: float | None = 1.0,
-                 min_batch_size: int = 16, **kwargs):
-        """``adversary``: a factory of the ratio network, called with the `ModelSpec`; ``tau`` τ
-        of eq. 6.6; ``lr``, ``weight_decay``, ``betas``, ``eps``: its AdamW; ``max_grad_norm``:
-        its gradient clipping (None = none); ``min_batch_size``: `setup` warns below it."""
+    # the adversary's optimiser is the model's (thesis 6.2.2 "same learning rate and optimizer"): conf/method/rpdro.yaml
+    # sets lr, weight_decay, betas, eps and max_grad_norm to the model's values
+    HPARAMS = {
+        "adversary": Part(nn.Module, "f_ψ's factory (method.adversary, conf/adversary/), called with the ModelSpec: "
+                          "forward(inputs) -> [b] log-ratios, init_from(encoder)"),
+        # default 0.1: the value of all the thesis's R-PDRO analyses (6.3.1, 6.3.3, 6.3.4); search: its grid (6.2.2)
+        "tau": HParam(number(POSITIVE), 0.1, "τ, the KL penalty weight of eq. 6.6",
+                      search=grid(0.001, 0.01, 0.1, 1.0)),
+        "lr": HParam(number(POSITIVE), 1e-4, "the adversary's AdamW learning rate"),
+        "weight_decay": HParam(number(NON_NEGATIVE), 0.0, "its AdamW weight decay (not on biases and LayerNorm)"),
+        "betas": HParam(Seq(number("[0, 1)"), length=2), (0.9, 0.999), "its AdamW betas"),
+        "eps": HParam(number(POSITIVE), 1e-8, "its AdamW epsilon"),
+        "max_grad_norm": HParam(number(POSITIVE, null=True), 1.0, "its gradient clipping (null: none)"),
+        # thesis 6.3.4, Table 6.3: the batch-level normalisation degrades under 16
+        "min_batch_size": HParam(integer(AT_LEAST_1), 16, "setup warns below this batch size"),
+    }
+
+    def __init__(self, adversary, **kwargs):
         super().__init__(**kwargs)
+        hp = self.hparams
         self.adversary = adversary(self.spec)
-        self.tau = float(tau)
-        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
-        self.min_batch_size = int(min_batch_size)
-        groups = weight_decay_groups(self.adversary, weight_decay)
-        self.add_optimizer("adversary", torch.optim.AdamW(groups, lr=float(lr), betas=tuple(betas), eps=float(eps)))
+        self.tau = hp["tau"]
+        self.max_grad_norm = hp["max_grad_norm"]
+        self.min_batch_size = hp["min_batch_size"]
+        groups = weight_decay_groups(self.adversary, hp["weight_decay"])
+        self.add_optimizer("adversary", torch.optim.AdamW(groups, lr=hp["lr"], betas=tuple(hp["betas"]), eps=hp["eps"]))
         self.epoch_means = EpochMeans()
 
     def setup(self, datamodule, model) -> None:

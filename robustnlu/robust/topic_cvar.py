@@ -9,7 +9,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from robustnlu.config_spec import flag, number
 from robustnlu.groups.base import GroupSource
+from robustnlu.hparams import HParam, log_uniform, uniform
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.base import entropy
 from robustnlu.robust.grouped import GroupedObjective, group_mean_losses
@@ -48,23 +50,21 @@ class TopicCVaR(GroupedObjective):
     present in the batch (a batch with none of the selected topics then has loss 0).
     """
 
-    def __init__(
-        self,
-        groups: GroupSource,
-        alpha: float = 0.2,
-        ema_step: float = 0.1,
-        renormalize: bool = False,
-        sampling: str = "shuffle",
-        **kwargs,
-    ):
-        super().__init__(groups=groups, sampling=sampling, **kwargs)
-        if not 0 < alpha <= 1:
-            raise ValueError(f"alpha={alpha}: expected 0 < alpha <= 1")
-        if not 0 < ema_step <= 1:
-            raise ValueError(f"ema_step={ema_step}: expected 0 < ema_step <= 1")
-        self.alpha = float(alpha)
-        self.ema_step = float(ema_step)
-        self.renormalize = renormalize
+    HPARAMS = {
+        # the defaults are those of the Group-DRO authors' code; search: Table 9 TOPIC-CVAR "alpha",
+        # uniform 1e-4 - 0.5, and "gamma", loguniform 1e-4 - 0.5
+        "alpha": HParam(number("(0, 1]"), 0.2, "CVaR level α: topic weight q_z ≤ p_z/α", search=uniform(1e-4, 0.5)),
+        "ema_step": HParam(number("(0, 1]"), 0.1, "step size η of the per-topic exponential loss averages "
+                           "(Table 9's gamma)", search=log_uniform(1e-4, 0.5)),
+        "renormalize": HParam(flag(), False, "false: topics absent from the batch contribute 0 (the authors' "
+                              "code); true: q renormalised over the batch's topics"),
+    }
+
+    def __init__(self, groups: GroupSource, **kwargs):
+        super().__init__(groups=groups, **kwargs)
+        self.alpha = self.hparams["alpha"]
+        self.ema_step = self.hparams["ema_step"]
+        self.renormalize = self.hparams["renormalize"]
         self.register_buffer("topic_loss_ema", torch.zeros(len(self.TASKS), 0))
         self.register_buffer("topic_seen", torch.zeros(len(self.TASKS), 0, dtype=torch.bool))
         self.register_buffer("prior", None, persistent=False)

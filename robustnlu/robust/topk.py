@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from robustnlu.config_spec import AT_LEAST_1, integer
+from robustnlu.hparams import HParam, log_int
 from robustnlu.model.jointbert import TaskLosses
 from robustnlu.robust.base import RobustObjective
 
@@ -16,12 +18,16 @@ def topk_mean(losses: Tensor, k: int) -> Tensor:
 
 
 class TopK(RobustObjective):
-    def __init__(self, k: int = 4, **kwargs):
-        """``k``: how many of the largest per-example losses are averaged (k ≥ 1)."""
+    HPARAMS = {
+        # default 4: tuned k "typically ended up in the lower regions of the range, i.e. between 2-8" (App. C);
+        # search: Table 9 TOPK "topk k", logint 1 - 16 (batch size 32)
+        "k": HParam(integer(AT_LEAST_1), 4, "how many of the batch's largest per-example losses are averaged "
+                    "(< the batch: with k >= the batch TopK is ERM)", search=log_int(1, 16)),
+    }
+
+    def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        if k < 1:
-            raise ValueError(f"k={k}: expected k >= 1")
-        self.k = int(k)
+        self.k = self.hparams["k"]
 
     def reduce(self, losses: Tensor, task: str, step: TaskLosses) -> Tensor:
         return topk_mean(losses, self.k)

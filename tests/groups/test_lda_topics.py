@@ -8,6 +8,7 @@ import pytest
 import torch
 from sklearn.metrics import normalized_mutual_info_score
 
+from robustnlu.errors import ConfigError
 from robustnlu.groups.lda_topics import LDATopics
 from tests.robust.helpers import synthetic_datamodule
 
@@ -63,5 +64,5 @@ def test_stop_words_are_kept_unless_asked():
 
 
 def test_rejects_an_unknown_assignment():
-    with pytest.raises(ValueError, match="assignment"):
+    with pytest.raises(ConfigError, match=r"^assignment: must be one of hard, soft \(got argmax\)$"):
         LDATopics(assignment="argmax")

@@ -4,9 +4,16 @@
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
+
+from integration_helpers import REPO
 
 from robustnlu.metrics.registry import (
     COMPARE,
@@ -156,3 +163,44 @@ def test_run_measures_name_the_floor_and_leave_out_what_no_cluster_gives():
         "test/worst_group_min10/frame_acc": 0.3})  # valid's one cluster has 4 utterances: none
     assert at_floor("worst_group_min10/combined", 5) == "worst_group_min5/combined"
     assert at_floor("drop/combined", 5) == "drop/combined"
+
+
+#: docs/architecture.md's recipe "A metric", applied to a copy of the package: a `Metric` in
+#: `METRICS` and its key in the tuple of the table that should show it (COMPARE: python -m
+#: robustnlu.analysis.compare), in registry.py alone (its count, intent_correct, exists)
+RECIPE = {
+    '    Metric("frame_acc", ': '    Metric("intent_error", "intent error", higher_is_better=False, '
+                             'formula=lambda sums, n: 1 - np.asarray(sums["intent_correct"]) / n),\n    Metric("frame_acc", ',
+    'COMPARE = ("combined", ': 'COMPARE = ("intent_error", "combined", ',
+}
+USE_IT = textwrap.dedent("""
+    import robustnlu
+    from robustnlu.analysis.compare import comparison_table
+    from robustnlu.metrics.slu import SLUMetrics
+
+    assert robustnlu.__file__.startswith(sys.argv[1]), robustnlu.__file__
+    metrics = SLUMetrics(intents=["play", "book"])
+    metrics.update(["play", "book"], ["play", "play"], [["B-a", "O"], ["O"]], [["B-a", "O"], ["B-b"]])
+    test = metrics.compute()
+    print(test["intent_error"])
+    print(comparison_table([{"metrics": {"test": test, "valid": test}}], ["run"]).splitlines()[0])
+""")
+
+
+def test_the_metric_recipe_adds_a_metric_every_part_computes_and_shows(tmp_path):
+    """In a copy of robustnlu/ (imported in a subprocess), SLUMetrics computes the new metric
+    from its formula (1 of 2 intents right: 0.5) and the comparison table titles a column with it."""
+    shutil.copytree(REPO / "robustnlu", tmp_path / "robustnlu", ignore=shutil.ignore_patterns("__pycache__"))
+    registry = tmp_path / "robustnlu" / "metrics" / "registry.py"
+    text = registry.read_text()
+    for anchor, edit in RECIPE.items():
+        assert text.count(anchor) == 1, anchor
+        text = text.replace(anchor, edit)
+    registry.write_text(text)
+    proc = subprocess.run([sys.executable, "-c", f"import sys\n{USE_IT}", str(tmp_path)], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    value, head = proc.stdout.splitlines()
+    assert float(value) == 0.5
+    assert head.split()[1:3] == ["intent", "error"]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from robustnlu.errors import ConfigError
 from robustnlu.groups.seqdrift_clusters import SeqDriftClusters
 from robustnlu.robust.group_dro import GroupDRO
 from tests.robust.helpers import synthetic_datamodule, task_losses
@@ -156,9 +157,9 @@ def test_large_losses_stay_finite():
 
 
 def test_invalid_hyper_parameters_are_rejected():
-    with pytest.raises(ValueError, match="step_size"):
+    with pytest.raises(ConfigError, match=r"^step_size: must be > 0 \(got 0.0\)$"):
         GroupDRO(groups=FixedGroups(MEMBERSHIP), step_size=0.0)
-    with pytest.raises(ValueError, match="decay"):
+    with pytest.raises(ConfigError, match=r"^decay: must be in \(0, 1\] \(got 1.5\)$"):
         GroupDRO(groups=FixedGroups(MEMBERSHIP), decay=1.5)
 
 

@@ -10,6 +10,7 @@ import torch
 from scipy.optimize import brentq
 from scipy.special import logsumexp
 
+from robustnlu.errors import ConfigError
 from robustnlu.robust.nonparam_kl import NonParamKL, optimal_temperature
 from tests.robust.helpers import task_losses
 
@@ -96,5 +97,5 @@ def test_no_state_to_checkpoint():
 
 
 def test_invalid_radius_is_rejected():
-    with pytest.raises(ValueError, match="kappa"):
+    with pytest.raises(ConfigError, match=r"^kappa: must be > 0 \(got 0.0\)$"):
         NonParamKL(kappa=0.0)

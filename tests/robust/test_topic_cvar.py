@@ -10,6 +10,7 @@ import pytest
 import torch
 from scipy.optimize import linprog
 
+from robustnlu.errors import ConfigError
 from robustnlu.groups.base import GroupSource
 from robustnlu.robust.topic_cvar import TopicCVaR, cvar_weights
 from tests.robust.helpers import task_losses
@@ -174,7 +175,8 @@ def test_state_loads_without_the_data():
 
 @pytest.mark.parametrize("kwargs", [{"alpha": 0.0}, {"alpha": 1.5}, {"ema_step": 0.0}])
 def test_rejects_invalid_hyper_parameters(kwargs):
-    with pytest.raises(ValueError):
+    ((key, value),) = kwargs.items()
+    with pytest.raises(ConfigError, match=rf"^{key}: must be in \(0, 1\] \(got {value}\)$"):
         TopicCVaR(groups=FixedGroups(hard([0], 1)), **kwargs)
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from robustnlu.errors import ConfigError
 from robustnlu.groups.base import GroupSource
 from robustnlu.robust.erm import ERM
 from robustnlu.robust.topk import TopK
@@ -45,14 +46,14 @@ def test_topk_gradient_is_one_over_k_on_the_selected_examples_of_each_task():
 
 
 def test_k_below_one_is_rejected():
-    with pytest.raises(ValueError, match="k=0"):
+    with pytest.raises(ConfigError, match=r"^k: must be >= 1 \(got 0\)$"):
         TopK(k=0)
-    with pytest.raises(ValueError, match="k=0"):
+    with pytest.raises(ConfigError, match=r"^k: must be >= 1 \(got 0\)$"):
         TopKGroup(groups=FixedGroups([[1.0]]), k=0)
 
 
 def test_topk_over_the_whole_batch_is_erm_and_one_less_is_not():
-    """Why the config check wants k < the batch size b (robustnlu/config_schema/method.py TOP_K_RULE):
+    """Why the config check wants k < the batch size b (robustnlu/config_schema/method.py top_k_rule):
     k = b (or more) averages every loss, ERM's mean; k = b - 1 already leaves the smallest out."""
     slot, intent = [1.0, 2.0, 3.0, 6.0], [0.5, 0.0, 1.5, 2.0]
     step = task_losses(slot, intent)

@@ -14,6 +14,7 @@ from hydra.utils import instantiate
 from sklearn.metrics import normalized_mutual_info_score
 
 from integration_helpers import compose_config
+from robustnlu.errors import ConfigError
 from robustnlu.groups.autoencoder import OnlineAutoencoder
 from robustnlu.model.spec import ModelSpec
 from robustnlu.robust.topk_ae import TopKAE
@@ -250,7 +251,7 @@ def test_state_round_trip_continues_identically():
 
 
 def test_k_below_one_is_rejected():
-    with pytest.raises(ValueError, match="k=0"):
+    with pytest.raises(ConfigError, match=r"^k: must be >= 1 \(got 0\)$"):
         topk_ae(4, 2, k=0)
 
 

@@ -2,7 +2,11 @@
 (`integer`, `number`, `choice`, `flag`, `text` with ranges written as intervals ``"(0, 1]"``), a
 mapping of keys (`Node`), a node chosen by one of its keys (`Variants`), objects Hydra
 instantiates (`instance`, `by_target`), and the ranges the config groups share. A bad value is a
-`ConfigError` with one line ``<key>: <problem> (got <value>)``."""
+`ConfigError` with one line ``<key>: <problem> (got <value>)``.
+
+Plumbing, below the classes a config instantiates: they declare their hyper-parameters in this
+language (`robustnlu.hparams`), and the schema reads those declarations. Imports nothing of
+robustnlu but the errors."""
 
 from __future__ import annotations
 
@@ -56,7 +60,7 @@ class Spec:
         raise NotImplementedError
 
 
-def present(spec: Spec, key: str, value: Any, kind: type, noun: str) -> bool:
+def present(spec: Spec, key: str, value: Any, kind: type | tuple[type, ...], noun: str) -> bool:
     """False for a null that ``spec`` allows; `ConfigError` unless ``value`` is a ``kind``."""
     if value is None and spec.null:
         return False
@@ -169,14 +173,13 @@ class Importable(Spec):
     null: bool = False
 
     def check(self, key: str, value: Any, root: Mapping[str, Any]) -> None:
-        if not isinstance(value, str) or not value:
-            raise bad(key, "must be a dotted path to a class or function", value)
-        _importable(key, value)
+        imported(key, value)
 
 
 @dataclass(frozen=True)
 class Seq(Spec):
-    """A list of ``item`` (exactly ``length`` long, at least ``min_length``)."""
+    """A list of ``item`` (exactly ``length`` long, at least ``min_length``); a tuple too (a
+    declared default, `robustnlu.hparams`)."""
 
     item: Spec
     length: int | None = None
@@ -184,7 +187,7 @@ class Seq(Spec):
     null: bool = False
 
     def check(self, key: str, value: Any, root: Mapping[str, Any]) -> None:
-        if not present(self, key, value, list, "a list"):
+        if not present(self, key, value, (list, tuple), "a list"):
             return
         if self.length is not None and len(value) != self.length:
             raise bad(key, f"must be a list of {self.length}", value)
@@ -271,7 +274,7 @@ class Variants(Spec):
         if node is not None:
             node.check(key, value, root)
         elif self.importable and isinstance(which, str) and which:
-            _importable(f"{key}.{self.by}", which)
+            imported(f"{key}.{self.by}", which)
         else:
             raise bad(f"{key}.{self.by}", f"must be one of {', '.join(self.options)}", which)
 
@@ -317,9 +320,13 @@ def _select(node: Mapping[str, Any], dotted: str) -> Any:
     return node
 
 
-def _importable(key: str, target: str) -> Any:
+def imported(key: str, target: Any) -> Any:
+    """The class or function the dotted path ``target`` names; `ConfigError` naming ``key``
+    unless it is one that imports."""
     from hydra.utils import get_object
 
+    if not isinstance(target, str) or not target:
+        raise bad(key, "must be a dotted path to a class or function", target)
     try:
         return get_object(target)
     except Exception as err:  # ImportError, AttributeError, a failing module: not importable
@@ -328,7 +335,7 @@ def _importable(key: str, target: str) -> Any:
 
 def arguments_of(target: str) -> frozenset[str] | str:
     """The keyword arguments ``target``'s constructor takes (``"*"`` when it takes ``**kwargs``)."""
-    params = inspect.signature(_importable("_target_", target)).parameters.values()
+    params = inspect.signature(imported("_target_", target)).parameters.values()
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return "*"
     return frozenset(p.name for p in params) | {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
