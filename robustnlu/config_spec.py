@@ -322,13 +322,14 @@ def _select(node: Mapping[str, Any], dotted: str) -> Any:
 
 def imported(key: str, target: Any) -> Any:
     """The class or function the dotted path ``target`` names; `ConfigError` naming ``key``
-    unless it is one that imports."""
-    from hydra.utils import get_object
+    unless it is one that imports. Located as Hydra's ``instantiate`` locates a ``_target_``
+    (``_locate``; ``hydra.utils.get_object`` would also log each failure as an ERROR line)."""
+    from hydra._internal.utils import _locate
 
     if not isinstance(target, str) or not target:
         raise bad(key, "must be a dotted path to a class or function", target)
     try:
-        return get_object(target)
+        return _locate(target)
     except Exception as err:  # ImportError, AttributeError, a failing module: not importable
         raise bad(key, f"cannot be imported ({str(err.__cause__ or err).splitlines()[0]})", target) from None
 
