@@ -147,6 +147,13 @@ def atomic_write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> 
     return path
 
 
+def atomic_write_gzip(path: str | Path, data: bytes) -> Path:
+    """``data`` gzip-compressed (level 9) at ``path``, written atomically; mtime 0 in the header,
+    so the same data gives the same bytes each time."""
+    compressed = gzip.compress(data, compresslevel=9, mtime=0)
+    return atomic_write_with(path, lambda f: f.write(compressed))
+
+
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` via a temporary file in the same folder and ``os.replace``."""
     return atomic_write_with(path, lambda f: f.write(text.encode("utf-8")))

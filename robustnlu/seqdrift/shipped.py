@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from robustnlu.errors import DataError
-from robustnlu.io import atomic_write_json, atomic_write_with
+from robustnlu.io import atomic_write_gzip, atomic_write_json
 from robustnlu.seqdrift.artifact import Clustering
 from robustnlu.seqdrift.entries import sha256_text
 
@@ -126,8 +126,8 @@ def write_clustering(shipped_dir: str | Path, name: str, clustering: Clustering,
     """``<name>.clusters.json.gz``, byte for byte the same for the same clustering (gzip mtime 0)."""
     doc = {"clusters": [int(c) for c in clustering.ids], "clusters_key": clustering.key, "format": FORMAT,
            "options": options, "uids": list(clustering.uids)}
-    data = gzip.compress(json.dumps(doc, sort_keys=True).encode("utf-8"), compresslevel=9, mtime=0)
-    return atomic_write_with(Path(shipped_dir) / f"{name}.clusters.json.gz", lambda f: f.write(data))
+    return atomic_write_gzip(Path(shipped_dir) / f"{name}.clusters.json.gz",
+                             json.dumps(doc, sort_keys=True).encode("utf-8"))
 
 
 def write_manifest(shipped_dir: str | Path, entries: list[dict[str, Any]]) -> Path:

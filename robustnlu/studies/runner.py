@@ -47,7 +47,6 @@ finished run of other overrides: neither recorded nor run; move it away); ``to r
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import os
 import platform
@@ -64,7 +63,7 @@ from typing import Any
 from robustnlu.cli import compose_run_config
 from robustnlu.errors import ConfigError, entry_point
 from robustnlu.hardware import cpu_model
-from robustnlu.io import atomic_write_json, atomic_write_text, atomic_write_with, json_text
+from robustnlu.io import atomic_write_gzip, atomic_write_json, atomic_write_text, json_text
 from robustnlu.rundir import RunDir
 from robustnlu.sweep import job_state as folder_state, one_line, quoted
 from robustnlu.sweep_jobs import job_hash, parse_overrides
@@ -161,15 +160,10 @@ def job_state(job: Job, setup: Setup) -> State:
 
 
 # ---------------------------------------------------------------------------- records
-def gzip_copy(src: Path, dst: Path) -> None:
-    data = gzip.compress(src.read_bytes(), compresslevel=9, mtime=0)  # mtime 0: same bytes each time
-    atomic_write_with(dst, lambda f: f.write(data))
-
-
-def machine(run: RunDir, results: dict[str, Any]) -> dict[str, Any]:
-    """Where ``run`` trained, as meta.json says it: this machine's CPU and cores if it trained here
-    (status.json's host), else that host and, for a CPU run, the CPU its results.json names."""
-    host = (run.status() or {}).get("host")
+def machine(host: str | None, results: dict[str, Any]) -> dict[str, Any]:
+    """Where a run trained, as meta.json says it: this machine's CPU and cores if it trained here
+    (``host``, from its status.json), else that host and, for a CPU run, the CPU its results.json
+    names."""
     if host in (None, platform.node()):
         return {"cpu": cpu_model(), "cores": os.cpu_count()}
     device = results.get("device") or {}
@@ -181,11 +175,11 @@ def write_record(job: Job, run: RunDir, record: Path) -> dict[str, Any]:
     record with it is complete). Returns its meta.json."""
     results = run.results()
     for split in ("valid", "test"):
-        gzip_copy(run.predictions_file(split), record / "predictions" / f"{split}.jsonl.gz")
+        atomic_write_gzip(record / "predictions" / f"{split}.jsonl.gz", run.predictions_file(split).read_bytes())
     shutil.copyfile(run.metrics_csv, record / "metrics.csv")
     status = run.status() or {}
     meta = {"command": " ".join(["-m", "robustnlu", *(run.overrides() or [])]), "part": job.part,
-            **machine(run, results), "wall_time_s": results.get("wall_time_s"),
+            **machine(status.get("host"), results), "wall_time_s": results.get("wall_time_s"),
             "finished": status.get("time") or time.strftime("%Y-%m-%dT%H:%M:%S%z"), "job_hash": run.job_hash()}
     atomic_write_json(RunDir(record).meta_file, meta)
     shutil.copyfile(run.results_file, RunDir(record).results_file)
