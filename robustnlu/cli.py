@@ -19,7 +19,8 @@ Every entry point reports a user error the same way (`robustnlu.errors.report`):
 apps (training, seqdrift, noise, evaluate) through `hydra_app` and `run_or_exit`, which also
 turn Hydra's own errors (an unknown key, a group option that does not exist, an override that
 does not parse) into that one line; the argparse ones (predict, report, compare, hpo,
-efficiency and the analysis tools) through `robustnlu.errors.entry_point`."""
+efficiency and the analysis tools) through `robustnlu.errors.entry_point`, and argparse's own
+usage errors (an unknown option, a missing argument) through `robustnlu.errors.CommandLineParser`."""
 
 from __future__ import annotations
 

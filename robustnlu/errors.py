@@ -1,8 +1,10 @@
 """User-facing errors: one line that names the file, the line and the problem, and how every
-entry point reports them: ``error: <message>`` on stderr, exit status 2 (`report`)."""
+entry point reports them: ``error: <message>`` on stderr, exit status 2 (`report`); a command
+line argparse refuses included (`CommandLineParser`)."""
 
 from __future__ import annotations
 
+import argparse
 import functools
 import sys
 from collections.abc import Callable
@@ -61,6 +63,17 @@ def exit_with_error(err: RobustNLUError | str) -> NoReturn:
     """End the process on a user error where no entry point can return a status (a Hydra
     callback, the sweeper): `report`, then exit with status 2."""
     sys.exit(report(err))
+
+
+class CommandLineParser(argparse.ArgumentParser):
+    """The argparse parser of every entry point: a usage error (an unknown option, a missing or
+    invalid argument, a ``parser.error`` of the command's own) is one line, ``error: <prog>:
+    <argparse's message> (see <prog> --help)``, exit status 2, where argparse prints its usage
+    and then the error. ``--help`` prints the full help as ever. Subparsers are of this class too
+    (``add_subparsers`` makes them of the parser's own class unless told otherwise)."""
+
+    def error(self, message: str) -> NoReturn:
+        exit_with_error(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
 class NonFiniteLoss(RobustNLUError):

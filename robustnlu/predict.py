@@ -20,7 +20,6 @@ loaded, except the length, which needs the model's tokenizer.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import warnings
@@ -33,7 +32,7 @@ from robustnlu.data.bio import slot_spans
 from robustnlu.data.datamodule import Collator, encode_utterances
 from robustnlu.data.readers.common import read_lines
 from robustnlu.data.utterance import Utterance
-from robustnlu.errors import ConfigError, DataError, entry_point
+from robustnlu.errors import CommandLineParser, ConfigError, DataError, entry_point
 from robustnlu.io import atomic_write_jsonl, check_outputs, writing
 from robustnlu.model.encoders import load_tokenizer
 from robustnlu.module import SLUModule
@@ -140,7 +139,7 @@ def check_lengths(predictor: Predictor, texts: dict[int, str], file: Path | None
 
 @entry_point
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m robustnlu.predict", description=__doc__.split("\n\n")[0])
+    parser = CommandLineParser(prog="python -m robustnlu.predict", description=__doc__.split("\n\n")[0])
     parser.add_argument("--ckpt", required=True, help="a checkpoint written by a training run")
     parser.add_argument("--file", type=Path, help="read one utterance per line (writes JSONL)")
     parser.add_argument("--out", type=Path, help="with --file: write the JSONL here instead of stdout")

@@ -45,7 +45,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from robustnlu.analysis.runs import Run, run_dirs_under
-from robustnlu.errors import RobustNLUError, entry_point
+from robustnlu.errors import CommandLineParser, RobustNLUError, entry_point
 from robustnlu.extras import require
 from robustnlu.io import check_outputs
 from robustnlu.metrics.registry import MIN_CLUSTER_SIZE
@@ -156,7 +156,7 @@ def log_to_wandb(out: Path, files: list[Path], runs: Sequence[Run], *, mode: str
 
 @entry_point
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m robustnlu.report", description=__doc__,
+    parser = CommandLineParser(prog="python -m robustnlu.report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path,
                         help="run directories or sweep directories (searched recursively)")

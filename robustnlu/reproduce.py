@@ -7,11 +7,10 @@ the core paper's study on this machine (its plan: `robustnlu.studies.seqdrift_dr
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from robustnlu.errors import entry_point
+from robustnlu.errors import CommandLineParser, entry_point
 from robustnlu.studies import runner
 from robustnlu.studies.seqdrift_dro.plan import STUDY, report_design
 from robustnlu.studies.seqdrift_dro.report import write
@@ -19,7 +18,7 @@ from robustnlu.studies.seqdrift_dro.report import write
 
 def report_main(argv: list[str]) -> int:
     """``python -m robustnlu.reproduce report``: docs/reproduction/report.md from the records."""
-    parser = argparse.ArgumentParser(prog="python -m robustnlu.reproduce report",
+    parser = CommandLineParser(prog="python -m robustnlu.reproduce report",
                                      description="docs/reproduction/report.md and its figures, from the records alone")
     parser.add_argument("--records", type=Path, default=STUDY.records, help=f"default: {STUDY.records}")
     parser.add_argument("--out", type=Path, default=STUDY.records.parent, help=f"default: {STUDY.records.parent}")

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from robustnlu.errors import ConfigError, DataError, entry_point
+from robustnlu.errors import CommandLineParser, ConfigError, DataError, entry_point
 from robustnlu.io import atomic_write_json, pid_alive
 from robustnlu.rundir import RunDir
 from robustnlu.runlock import holder
@@ -312,7 +312,7 @@ def relaunch(path: Path, dry_run: bool) -> int:
 
 @entry_point
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m robustnlu.sweep", description=__doc__.split("\n\n")[0],
+    parser = CommandLineParser(prog="python -m robustnlu.sweep", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     status = commands.add_parser("status", help="each job of the sweep and its state")

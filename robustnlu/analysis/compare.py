@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from robustnlu.analysis.runs import RESULTS_KEYS, Run, check_results
-from robustnlu.errors import DataError, entry_point
+from robustnlu.errors import CommandLineParser, DataError, entry_point
 from robustnlu.metrics.registry import COMPARE, METRICS, drop, relative_change
 from robustnlu.rundir import RunDir, sweep_runs
 
@@ -60,7 +60,7 @@ def comparison_table(runs: list[dict[str, Any]], labels: list[str]) -> str:
 
 @entry_point
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m robustnlu.analysis.compare", description=__doc__,
+    parser = CommandLineParser(prog="python -m robustnlu.analysis.compare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path, help="run directories or sweep directories")
     args = parser.parse_args(argv)

@@ -19,12 +19,11 @@ prints a run's tables from ``<run>/robustness.json``; with two runs, the effects
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from robustnlu.errors import DataError, entry_point
+from robustnlu.errors import CommandLineParser, DataError, entry_point
 from robustnlu.metrics.registry import METRICS, NOISE_EFFECTS
 from robustnlu.metrics.robustness import NoiseScore, pct, read_suites, score_table, signed
 from robustnlu.rundir import RunDir
@@ -89,7 +88,7 @@ def load_scores(run_dir: Path) -> dict[str, list[NoiseScore]]:
 
 @entry_point
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m robustnlu.analysis.robustness", description=__doc__.split("\n\n")[0])
+    parser = CommandLineParser(prog="python -m robustnlu.analysis.robustness", description=__doc__.split("\n\n")[0])
     parser.add_argument("base", type=Path, help="a run directory with robustness.json")
     parser.add_argument("aug", type=Path, nargs="?", help="a second (augmented) run to compare with the first")
     args = parser.parse_args(argv)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from robustnlu.cli import compose_run_config, run_multirun
 from robustnlu.efficiency.curve import subset_percentages
-from robustnlu.errors import ConfigError, entry_point
+from robustnlu.errors import CommandLineParser, ConfigError, entry_point
 from robustnlu.rundir import RunDir, walk
 
 #: run directories name the percentage (the job number keeps other sweeps apart)
@@ -73,7 +73,7 @@ def check_protocol(percents: list[float], seeds: list[int]) -> None:
 
 @entry_point
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m robustnlu.efficiency", description=__doc__.split("\n\n")[0],
+    parser = CommandLineParser(prog="python -m robustnlu.efficiency", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--percents", type=numbers(float), default=subset_percentages(),
                         help="comma-separated subset percentages (default: the paper's 0,1,2,4,7,12,21,36,60,100)")

@@ -43,7 +43,7 @@ from robustnlu.efficiency.curve import (
     fit_power_law,
 )
 from robustnlu.efficiency.report import FILES, sentence, write_efficiency
-from robustnlu.errors import DataError, RobustNLUError, entry_point
+from robustnlu.errors import CommandLineParser, DataError, RobustNLUError, entry_point
 from robustnlu.io import check_outputs
 from robustnlu.rundir import RunDir, finished_runs
 
@@ -284,7 +284,7 @@ def _groups(dirs: Sequence[Path], labels: Sequence[str] | None) -> list[tuple[st
 
 @entry_point
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m robustnlu.efficiency.study", description=__doc__,
+    parser = CommandLineParser(prog="python -m robustnlu.efficiency.study", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path, help="run or sweep directories (searched recursively)")
     parser.add_argument("--out", type=Path, required=True, help="folder for efficiency.{json,md,png}")

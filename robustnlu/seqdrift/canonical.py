@@ -15,7 +15,6 @@ everything agrees, 1 when something differs.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from robustnlu.cli import compose_run_config
 from robustnlu.paths import DATA_DIR
 from robustnlu.data.readers import load_corpus
 from robustnlu.data.utterance import Corpus
-from robustnlu.errors import ConfigError, entry_point
+from robustnlu.errors import CommandLineParser, ConfigError, entry_point
 from robustnlu.seqdrift.artifact import CLUSTER_OPTIONS, Clustering, clusters_key
 from robustnlu.seqdrift.pipeline import cluster_utterances, split_from_clustering
 from robustnlu.seqdrift.shipped import SHIPPED_DIR, file_sha256, manifest, shipped_clustering, write_clustering, write_manifest
@@ -154,7 +153,7 @@ def write(presets: list[Preset], shipped_dir: Path) -> None:
 
 @entry_point
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m robustnlu.seqdrift.canonical", description=__doc__.split("\n\n")[0])
+    parser = CommandLineParser(prog="python -m robustnlu.seqdrift.canonical", description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=["check", "verify", "write"])
     parser.add_argument("names", nargs="*", help=f"default: all of {', '.join(CANONICAL)}")
     args = parser.parse_args(argv)

@@ -46,7 +46,6 @@ finished run of other overrides: neither recorded nor run; move it away); ``to r
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import platform
@@ -61,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from robustnlu.cli import compose_run_config
-from robustnlu.errors import ConfigError, entry_point
+from robustnlu.errors import CommandLineParser, ConfigError, entry_point
 from robustnlu.hardware import cpu_model
 from robustnlu.io import atomic_write_gzip, atomic_write_json, atomic_write_text, json_text
 from robustnlu.rundir import RunDir
@@ -322,7 +321,7 @@ def split_overrides(overrides: Sequence[str]) -> tuple[tuple[str, ...], tuple[st
 @entry_point
 def main(study: Study, argv: Sequence[str] | None = None, **parser_options: Any) -> int:
     """The command line of ``study`` (``parser_options``: argparse's prog, description, epilog)."""
-    parser = argparse.ArgumentParser(**parser_options)
+    parser = CommandLineParser(**parser_options)
     parser.add_argument("--commit", action="store_true", help="git-commit each record as it lands")
     parser.add_argument("--only", nargs="*", default=None, metavar="NAME", help="run only these jobs")
     parser.add_argument("--list", action="store_true", help="print each job's state, then exit")
