@@ -35,7 +35,7 @@ from robustnlu.cli import hydra_app, run_or_exit
 from robustnlu.data.readers import load_corpus
 from robustnlu.data.utterance import Corpus, Utterance
 from robustnlu.errors import ConfigError, DataError
-from robustnlu.io import atomic_write_json, atomic_write_text, check_outputs
+from robustnlu.io import atomic_write_files, check_outputs, json_text
 from robustnlu.metrics.registry import NOISE
 from robustnlu.metrics.robustness import NoiseScore, read_suites, score_table
 from robustnlu.metrics.slu import SLUMetrics
@@ -141,16 +141,17 @@ def earlier_suites(run_dir: Path) -> dict[str, dict[str, Any]]:
 def write_robustness(run_dir: Path, results: Mapping[str, dict[str, Any]], checkpoint: str | None,
                      earlier: Mapping[str, dict[str, Any]] | None = None) -> str:
     """``results`` merged into the suites ``<run_dir>/robustness.json`` holds (``earlier``, read
-    by the caller before its work, else now: `earlier_suites`), robustness.md rewritten; the tables."""
+    by the caller before its work, else now: `earlier_suites`), robustness.md rewritten from them,
+    both written as one step (`atomic_write_files`); the tables."""
     earlier = earlier_suites(run_dir) if earlier is None else earlier
     merged = {"suites": {**earlier, **{name: {**entry, "checkpoint": checkpoint} for name, entry in results.items()}}}
-    atomic_write_json(RunDir(run_dir).robustness_file, merged)
     tables = "\n\n".join(
         f"## {name} (checkpoint {entry['checkpoint']}; metrics in %)\n\n"
         f"{score_table([NoiseScore.from_dict(d) for d in entry['scores']])}"
         for name, entry in merged["suites"].items()
     )
-    atomic_write_text(Path(run_dir) / "robustness.md", tables + "\n")
+    atomic_write_files({RunDir(run_dir).robustness_file: json_text(merged),
+                        Path(run_dir) / "robustness.md": tables + "\n"})
     return tables
 
 

@@ -1,9 +1,10 @@
 """Atomic output: every file is written to a temporary sibling and renamed into place, so a
-crash or a bad input never leaves a half-written result behind; `check_outputs` refuses, before
-any work, an output path that would overwrite one of a command's inputs or cannot be written;
-`compute_once` makes concurrent processes (a Slurm array on a shared filesystem) compute a
-cached result once. And the one way input data is opened, compressed or not: `data_file`,
-`open_data`, `read_data`."""
+crash or a bad input never leaves a half-written result behind, and a set of files that belong
+together replaces the old set only once every one of them is written (`atomic_write_files`);
+`check_outputs` refuses, before any work, an output path that would overwrite one of a command's
+inputs or cannot be written; `compute_once` makes concurrent processes (a Slurm array on a shared
+filesystem) compute a cached result once. And the one way input data is opened, compressed or
+not: `data_file`, `open_data`, `read_data`."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, BinaryIO, TypeVar
 
@@ -127,24 +128,56 @@ def writing(option: str) -> Iterator[None]:
         raise ConfigError(f"{option}: cannot write{where}: {err.strerror or err}") from None
 
 
-def atomic_write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
-    """Call ``write(file)`` on a temporary sibling of ``path`` opened in binary mode, then
-    ``os.replace`` it into place (the temporary file is removed if ``write`` fails). The file
-    gets the permissions of a plain ``open`` (0666 minus the umask)."""
-    path = Path(path)
+#: what `atomic_write_files` writes into a file: text (as UTF-8), bytes, or ``write(file)``, a
+#: function that writes into the file it is given (opened in binary mode)
+Content = str | bytes | Callable[[BinaryIO], object]
+
+
+def _temporary_sibling(path: Path, content: Content) -> Path:
+    """A new temporary file beside ``path`` holding ``content``, flushed to disk, with the
+    permissions of a plain ``open`` (0666 minus the umask); removed again if writing it fails."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            write(f)
+            if callable(content):
+                content(f)
+            else:
+                f.write(content.encode("utf-8") if isinstance(content, str) else content)
             f.flush()
             os.fchmod(f.fileno(), 0o666 & ~UMASK)  # mkstemp's 0600 would hide results from colleagues
             os.fsync(f.fileno())
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+    return Path(tmp)
+
+
+def atomic_write_files(files: Mapping[str | Path, Content]) -> list[Path]:
+    """Write several files that belong together as one step: every file's content to a temporary
+    sibling first, then each temporary ``os.replace``-d into place. If writing any content fails
+    (a full disk, a serializer that raises), every temporary is removed and no file is touched:
+    the old files stay as they were, none of the new ones appears. (The renames come last; they are
+    not one atomic step, but they write no data.) Returns the paths, in order."""
+    paths = [Path(path) for path in files]
+    temporaries: list[Path] = []
+    try:
+        for path, content in zip(paths, files.values()):
+            temporaries.append(_temporary_sibling(path, content))
+        for tmp, path in zip(temporaries, paths):
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp in temporaries:
+            tmp.unlink(missing_ok=True)
+        raise
+    return paths
+
+
+def atomic_write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
+    """Call ``write(file)`` on a temporary sibling of ``path`` opened in binary mode, then
+    ``os.replace`` it into place (the temporary file is removed if ``write`` fails). The file
+    gets the permissions of a plain ``open`` (0666 minus the umask)."""
+    return atomic_write_files({path: write})[0]
 
 
 def atomic_write_gzip(path: str | Path, data: bytes) -> Path:
@@ -156,7 +189,7 @@ def atomic_write_gzip(path: str | Path, data: bytes) -> Path:
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` via a temporary file in the same folder and ``os.replace``."""
-    return atomic_write_with(path, lambda f: f.write(text.encode("utf-8")))
+    return atomic_write_files({path: text})[0]
 
 
 def json_text(obj: Any) -> str:
@@ -168,8 +201,13 @@ def atomic_write_json(path: str | Path, obj: Any) -> Path:
     return atomic_write_text(path, json_text(obj))
 
 
+def jsonl_text(rows: Iterable[dict]) -> str:
+    """``rows`` as the JSONL files of robustnlu are written: one compact object a line, UTF-8 as is."""
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+
+
 def atomic_write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
-    return atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    return atomic_write_text(path, jsonl_text(rows))
 
 
 CLAIM_HEARTBEAT_S = 15.0  # a claim's owner touches it this often while it computes

@@ -4,6 +4,7 @@ compressed or not (`data_file`, `read_data`, `open_data`)."""
 
 from __future__ import annotations
 
+import errno
 import gzip
 import lzma
 import os
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from robustnlu.errors import ConfigError, DataError
-from robustnlu.io import atomic_write_json, atomic_write_text, check_outputs, data_file, open_data, read_data, same_path
+from robustnlu.io import (atomic_write_files, atomic_write_json, atomic_write_text, check_outputs, data_file, open_data,
+                          read_data, same_path)
 
 
 def test_an_atomic_write_gets_the_permissions_of_a_plain_open(tmp_path):
@@ -34,6 +36,29 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
         atomic_write_json(target, {"a": object()})  # not JSON-serialisable
     assert target.read_text() == '{\n  "a": 1\n}\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+def test_a_set_of_files_is_written_with_the_bytes_given(tmp_path):
+    written = atomic_write_files({tmp_path / "a.txt": "tëxt\n", tmp_path / "b.bin": b"\x00\xff",
+                                  str(tmp_path / "sub" / "c.dat"): lambda f: f.write(b"streamed")})
+    assert written == [tmp_path / "a.txt", tmp_path / "b.bin", tmp_path / "sub" / "c.dat"]
+    assert [p.read_bytes() for p in written] == ["tëxt\n".encode("utf-8"), b"\x00\xff", b"streamed"]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a.txt", "b.bin", "c.dat", "sub"]  # no temporary
+
+
+def test_a_set_whose_third_file_fails_replaces_none_and_leaves_no_temporary(tmp_path):
+    old = {"a.jsonl": b"old a", "b.jsonl": b"old b", "c.jsonl": b"old c"}
+    for name, data in old.items():
+        (tmp_path / name).write_bytes(data)
+
+    def disk_full(f):
+        f.write(b"half of c")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        atomic_write_files({tmp_path / "a.jsonl": "new a", tmp_path / "b.jsonl": "new b", tmp_path / "c.jsonl": disk_full,
+                            tmp_path / "stats.json": "{}"})
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == old
 
 
 def test_an_output_that_is_an_input_however_spelled_is_refused(tmp_path, monkeypatch):

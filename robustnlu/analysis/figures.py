@@ -1,27 +1,29 @@
 """The reports' figures, each a matplotlib `Figure` (no pyplot state): the study's Figure 1a
-(`plot_drop`) and Figures 1b, 1c and 2 (`plot_counts`); `atomic_save_figure` writes one as PNG,
-the same bytes each time."""
+(`plot_drop`) and Figures 1b, 1c and 2 (`plot_counts`); `png` renders one as PNG, the same bytes
+each time."""
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from robustnlu.analysis.runs import method_order
 from robustnlu.analysis.statistics import MethodStats
-from robustnlu.io import atomic_write_with
 from robustnlu.metrics.registry import drop_key
 
 
-def atomic_save_figure(fig, path: Path) -> Path:
-    """``fig`` as PNG at ``path``, written atomically (Agg canvas); no metadata (no matplotlib
-    version), so the same figure gives the same bytes."""
+def png(fig) -> bytes:
+    """``fig`` as PNG (Agg canvas), to write with the report's other files
+    (`robustnlu.io.atomic_write_files`); no metadata (no matplotlib version), so the same figure
+    gives the same bytes."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
-    return atomic_write_with(path, lambda f: fig.savefig(f, format="png", dpi=100, metadata={"Software": None}))
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
+    return buffer.getvalue()
 
 
 def plot_drop(stats: Sequence[MethodStats]):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from robustnlu.analysis.figures import atomic_save_figure, plot_counts, plot_drop
+from robustnlu.analysis.figures import plot_counts, plot_drop, png
 from robustnlu.analysis.runs import (
     BASELINE,
     Incomplete,
@@ -36,7 +36,7 @@ from robustnlu.analysis.statistics import (
     significance_counts,
 )
 from robustnlu.analysis.study_tables import counts_table, relative_change_table, scenario_table
-from robustnlu.io import atomic_write_text
+from robustnlu.io import atomic_write_files
 from robustnlu.metrics.registry import MIN_CLUSTER_SIZE
 
 
@@ -146,8 +146,9 @@ def _report_md(study: Study, t10: str, rel: str, counts: str) -> str:
 
 
 def write_report(study: Study, out: Path) -> list[Path]:
-    """Every table, figure and ``report.md`` under ``out``, each written atomically; returns the
-    paths (`FILES`). Everything is rendered before the first file is written."""
+    """Every table, figure and ``report.md`` under ``out``, rendered first, then written as one
+    step (`atomic_write_files`: none replaced unless every one is written); returns the paths
+    (`FILES`)."""
     out = Path(out)
     t10_md, t10_csv = scenario_table(study.stats)
     rel_md, rel_csv = relative_change_table(study.comparisons, study.stats, study.alpha)
@@ -155,7 +156,5 @@ def write_report(study: Study, out: Path) -> list[Path]:
     texts = {"table10_metrics.md": t10_md, "table10_metrics.csv": t10_csv, "relative_change.md": rel_md,
              "relative_change.csv": rel_csv, "significance_counts.md": cnt_md, "significance_counts.csv": cnt_csv,
              "report.md": _report_md(study, t10_md, rel_md, cnt_md)}
-    figures = {"fig1a_drop.png": plot_drop(study.stats), "fig1bc_counts.png": plot_counts(study.counts)}
-    written = [atomic_save_figure(fig, out / name) for name, fig in figures.items()]
-    written += [atomic_write_text(out / name, text) for name, text in texts.items()]
-    return written
+    figures = {"fig1a_drop.png": png(plot_drop(study.stats)), "fig1bc_counts.png": png(plot_counts(study.counts))}
+    return atomic_write_files({out / name: content for name, content in {**figures, **texts}.items()})

@@ -216,7 +216,7 @@ class Point:
 
 @dataclass(frozen=True)
 class CurveData:
-    """What `robustnlu.efficiency.plot.plot_efficiency` draws for one model / method: the
+    """What `robustnlu.efficiency.plot.efficiency_png` draws for one model / method: the
     per-seed points, the fit on all points pooled (None when it could not be fitted), the fit of
     each seed with enough points, and the query answers."""
 

@@ -14,14 +14,13 @@ Figures are built on a `matplotlib.figure.Figure` with the Agg canvas (no pyplot
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
 from robustnlu.efficiency.curve import PERCENT_FOR_METRIC, UNREACHABLE, CurveData
-from robustnlu.io import atomic_write_with
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 QUERY_COLOR = "red"
@@ -96,12 +95,13 @@ def efficiency_figure(curves: Sequence[CurveData], metric_label: str = "exact ma
     return fig
 
 
-def plot_efficiency(curves: Sequence[CurveData], out: Path, metric_label: str = "exact match (%)",
-                    title: str | None = None) -> Path:
-    """Draw ``curves`` into one overlay (`efficiency_figure`) and write it as PNG to ``out``
-    atomically (a temporary sibling renamed into place). Returns ``out``."""
+def efficiency_png(curves: Sequence[CurveData], metric_label: str = "exact match (%)",
+                   title: str | None = None) -> bytes:
+    """``curves`` drawn into one overlay (`efficiency_figure`), as PNG."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     fig = efficiency_figure(curves, metric_label, title)
     FigureCanvasAgg(fig)
-    return atomic_write_with(out, lambda f: fig.savefig(f, format="png", dpi=110))
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    return buffer.getvalue()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from robustnlu.efficiency.curve import EXTRAPOLATION, METRIC_AT_PERCENT, NOT_INCREASING, UNREACHABLE, QueryAnswer
-from robustnlu.io import atomic_write_json, atomic_write_text
+from robustnlu.io import atomic_write_files, json_text
 from robustnlu.metrics.registry import in_words
 from robustnlu.tables import markdown_lines
 
@@ -114,15 +114,14 @@ def to_markdown(study: EfficiencyStudy) -> str:
 
 
 def write_efficiency(study: EfficiencyStudy, out_dir: Path) -> list[Path]:
-    """efficiency.json, efficiency.md and efficiency.png under ``out_dir``, each written
-    atomically, everything rendered before the first write. Returns the paths (`FILES`)."""
-    from robustnlu.efficiency.plot import plot_efficiency
+    """efficiency.json, efficiency.md and efficiency.png under ``out_dir``, rendered first, then
+    written as one step (`atomic_write_files`). Returns the paths (`FILES`)."""
+    from robustnlu.efficiency.plot import efficiency_png
 
     out_dir = Path(out_dir)
     payload, md = to_json(study), to_markdown(study)
     label = f"test {in_words(study.metric)} (%)"
     targets = sorted({c.target for c in study.curves})
-    png = plot_efficiency([c.data for c in study.curves], out_dir / "efficiency.png", label,
-                          title=f"target domain: {', '.join(targets)}")
-    return [atomic_write_json(out_dir / "efficiency.json", payload), atomic_write_text(out_dir / "efficiency.md", md),
-            png]
+    png = efficiency_png([c.data for c in study.curves], label, title=f"target domain: {', '.join(targets)}")
+    return atomic_write_files({out_dir / "efficiency.json": json_text(payload), out_dir / "efficiency.md": md,
+                               out_dir / "efficiency.png": png})

@@ -1,7 +1,8 @@
 """``python -m robustnlu.noise dataset=<name> noise=<type> out_dir=DIR [splits=[test]]``: write a
 noised copy of a dataset in the jsonl format (conf/noise_dataset.yaml). The transform is
 fitted on the clean training split and seeded by ``seed``; ``noise_stats.json`` records its
-parameters and, per noised split, how much it changed. Every file is written atomically; an
+parameters and, per noised split, how much it changed. The four files are written as one step
+(`robustnlu.io.atomic_write_files`: none is replaced unless every one is written); an
 ``out_dir`` where a file to write is one of the dataset's own files (e.g. the folder of its
 train.jsonl) is refused before any work."""
 
@@ -14,7 +15,7 @@ from omegaconf import DictConfig
 from robustnlu.cli import hydra_app, run_or_exit
 from robustnlu.data.readers import load_corpus
 from robustnlu.data.utterance import SPLITS
-from robustnlu.io import atomic_write_json, atomic_write_jsonl, check_outputs, writing
+from robustnlu.io import atomic_write_files, check_outputs, json_text, jsonl_text, writing
 from robustnlu.noise.augment import build_transform
 from robustnlu.noise.base import noise_all
 
@@ -35,9 +36,8 @@ def write_noised_dataset(cfg: DictConfig) -> dict:
                         **({"domain": u.domain} if u.domain else {})} for u in utterances]
     record = {"dataset": corpus.name, "noise": transform.config(), "seed": cfg.seed, "splits": stats}
     with writing("out_dir"):
-        for split in SPLITS:
-            atomic_write_jsonl(out_dir / f"{split}.jsonl", rows[split])
-        atomic_write_json(out_dir / "noise_stats.json", record)
+        atomic_write_files({**{out_dir / f"{split}.jsonl": jsonl_text(rows[split]) for split in SPLITS},
+                            out_dir / "noise_stats.json": json_text(record)})
     print(f"{corpus.name}: {transform.name} noise on {', '.join(stats)} → {out_dir}")
     for split, s in stats.items():
         print(f"  {split}: {s['utterances_changed']}/{s['utterances']} utterances, "

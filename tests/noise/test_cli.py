@@ -3,12 +3,18 @@ reader loads back, the same bytes for the same seed, clear errors."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 
+import pytest
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from integration_helpers import file_bytes, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from integration_helpers import CONF, file_bytes, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu.data.readers import load_corpus
+from robustnlu.errors import ConfigError
+from robustnlu.noise.__main__ import write_noised_dataset
 
 
 def noise_cli(sample, out_dir, *extra):
@@ -59,3 +65,32 @@ def test_an_out_dir_holding_the_inputs_is_refused_and_the_inputs_stay_whole(tmp_
     assert proc.stderr == (f"error: out_dir: {tmp_path / 'link' / 'train.jsonl'} is an input of this command "
                            f"({data / 'train.jsonl'}); writing it would overwrite the input: choose another out_dir\n")
     assert file_bytes(data) == before and not (tmp_path / "outputs").exists()
+
+
+def noise_config(sample, out_dir, *extra):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="noise_dataset", overrides=[*jsonl_overrides(sample), f"out_dir={out_dir}", *extra])
+
+
+def test_a_disk_full_on_the_third_file_leaves_out_dir_as_it_was(tmp_path, monkeypatch):
+    """The four files are written as one: the third failing (its data cannot be flushed to disk)
+    replaces none of the earlier noised copy and leaves no temporary file. The new copy noises
+    every split with another seed, so that each of its files differs from the earlier one's."""
+    sample = write_snips_sample_jsonl(tmp_path / "data", n_train=60, n_eval=20)
+    out_dir = tmp_path / "noisy"
+    write_noised_dataset(noise_config(sample, out_dir, "splits=[test]", "seed=1"))
+    before = file_bytes(out_dir)
+    real_fsync, calls = os.fsync, []
+
+    def fsync(fd):
+        calls.append(fd)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    cfg = noise_config(sample, out_dir, "splits=[train,valid,test]", "seed=2")
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(ConfigError, match="^out_dir: cannot write: No space left on device$"):
+        write_noised_dataset(cfg)
+    assert len(calls) == 3
+    assert file_bytes(out_dir) == before

@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from robustnlu.analysis.figures import atomic_save_figure
+from robustnlu.analysis.figures import png
 from robustnlu.analysis.runs import BASELINE, Run, group_runs
 from robustnlu.analysis.statistics import (
     Comparison,
@@ -57,7 +57,7 @@ from robustnlu.analysis.statistics import (
     significance_counts,
 )
 from robustnlu.analysis.study_tables import relative_change_table, scenario_table
-from robustnlu.io import atomic_write_text, check_outputs
+from robustnlu.io import atomic_write_files, check_outputs
 from robustnlu.metrics.registry import MIN_CLUSTER_SIZE
 from robustnlu.studies.seqdrift_dro import paper_results as paper
 from robustnlu.studies.seqdrift_dro.figures import plot_significance, plot_table10, plot_valid_curves
@@ -243,13 +243,13 @@ def render(records: Records, design: Design, reading: str | None = None) -> tupl
 
 def write(records_root: Path, design: Design, out: Path) -> list[Path]:
     """``report.md`` and `FIGURES` under ``out`` (with ``out``/`READING` as the section
-    "Reading" if it exists), rendered before the first file is written; every record is read
+    "Reading" if it exists), rendered first, then written as one step (`atomic_write_files`);
+    every record is read
     whole first (`read_records`), and ``out`` must not lie inside one (`check_outputs`)."""
     records = read_records(records_root)
     check_outputs([Path(out) / name for name in (*FIGURES, "report.md")], (), "--out",
                   within=[run.path for run in records.runs.values()])
     reading = Path(out) / READING
     text, figures = render(records, design, reading.read_text(encoding="utf-8") if reading.is_file() else None)
-    written = [atomic_save_figure(fig, Path(out) / name) for name, fig in figures.items()]
-    written.append(atomic_write_text(Path(out) / "report.md", text))
-    return written
+    return atomic_write_files({**{Path(out) / name: png(fig) for name, fig in figures.items()},
+                               Path(out) / "report.md": text})
