@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 
 # before any config is composed: ${scenario_name:...} (conf/config.yaml), ${job_hash:...}
 # (conf/hydra/default.yaml: a sweep job's folder), ${shipped_data_dir:} (conf/paths/),
-# ${declared_search_space:...} (conf/hparams_search/base.yaml: the method's search space)
+# ${declared_search_space:...} (conf/hparams_search/optuna.yaml: the method's search space)
 scenario.register_resolver()
 sweep_jobs.register_resolver()
 paths.register_resolver()

@@ -4,7 +4,7 @@ run (one line on stderr, exit code 2, no traceback, no half-written run director
 file the invocation did not make removed: `robustnlu.rundir_claim`; a run stopped in
 mid-training by a non-finite loss keeps its resumable run directory, `NonFiniteLoss`).
 
-In a multirun (``-m``: the basic sweeper, the Optuna sweeper ``hparams_search=<method>``, the
+In a multirun (``-m``: the basic sweeper, the Optuna sweeper ``hparams_search=optuna``, the
 submitit launchers) a user error fails that job only: the job prints the same line and removes
 what it made of its run dir, then raises `JobFailed` (an ordinary exception) instead of exiting, so Hydra records
 a failed job and the sweep goes on. The basic sweeper runs the batch's other jobs, then prints

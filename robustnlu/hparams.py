@@ -19,7 +19,7 @@ Three readers, none of which restates a range or a default:
 - the config schema: `DeclaredObject` is the node of ``method``, ``method.groups`` and
   ``method.adversary`` (robustnlu/config_schema/method.py): any importable subclass of the
   expected base as ``_target_`` (a user's own class too), its keys those the class declares;
-- the HPO search: ``${declared_search_space:method}`` (conf/hparams_search/base.yaml) is the
+- the HPO search: ``${declared_search_space:method}`` (conf/hparams_search/optuna.yaml) is the
   search space the method and its parts declare (`search_space`).
 
 The YAML files (conf/method/, conf/groups/, conf/adversary/) give each value with its source in
@@ -118,7 +118,7 @@ def search_space(node: Mapping[str, Any], key: str) -> dict[str, Any]:
 
 def register_resolver() -> None:
     """``${declared_search_space:<key>}``: `search_space` of the config's node at ``<key>``
-    (conf/hparams_search/base.yaml)."""
+    (conf/hparams_search/optuna.yaml)."""
     if not OmegaConf.has_resolver("declared_search_space"):
         OmegaConf.register_new_resolver("declared_search_space",
                                         lambda key, _root_: search_space(OmegaConf.select(_root_, key), key))

@@ -3,7 +3,9 @@ hyper-parameter protocol for one scenario and method (section 5 "Hyperparameters
 
 1. an Optuna study of ``hydra.sweeper.n_trials`` trials (8 in the paper) through our Optuna
    sweeper (hydra_plugins/robustnlu_plugins/, the hpo extra):
-   ``python -m robustnlu -m hparams_search=<method> <overrides>`` (conf/hparams_search/);
+   ``python -m robustnlu -m hparams_search=optuna <overrides>`` (conf/hparams_search/optuna.yaml:
+   λ, γ and the space the method's class declares, so any method, a user's own included, needs
+   no search config of its own);
 2. the study is read back from its sqlite storage and the two best completed trials are taken
    (failed / pruned / running trials are ignored; a setting proposed twice counts once);
 3. both settings are retrained with a second seed, each as a plain multirun
@@ -37,7 +39,7 @@ from robustnlu.extras import require
 
 
 class MakeDirs(Callback):
-    """Hydra callback (conf/hparams_search/base.yaml): create ``path`` when a multirun starts, so
+    """Hydra callback (conf/hparams_search/optuna.yaml): create ``path`` when a multirun starts, so
     the sqlite storage of the Optuna study can be opened in a fresh checkout."""
 
     def __init__(self, path: str) -> None:
@@ -68,8 +70,14 @@ def top_settings(study: Any, n: int = 2) -> list[dict[str, Any]]:
 
 
 def load_study(name: str, storage: str) -> Any | None:
+    """The study ``name`` in ``storage``; None where there is none (yet). A SQLite file that does
+    not exist stays so: opening it would create it before the search has checked its settings."""
     import optuna
+    from sqlalchemy.engine import make_url
 
+    url = make_url(storage)
+    if url.get_backend_name() == "sqlite" and url.database and not Path(url.database).is_file():
+        return None
     try:
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:  # no study of that name (yet)
@@ -82,13 +90,14 @@ def _key(override: str) -> str:
 
 
 def search_overrides(overrides: list[str]) -> list[str]:
-    """The Optuna multirun's overrides: ``method=<m>`` also selects ``hparams_search=<m>``."""
+    """The Optuna multirun's overrides: ``method=<m>`` searches with ``hparams_search=optuna``
+    unless the overrides name a search config (a user's own, which may also pick the method)."""
     if any(_key(o) == "hparams_search" for o in overrides):
         return list(overrides)
     methods = [o.split("=", 1)[1] for o in overrides if _key(o) == "method"]
     if len(methods) != 1 or "," in methods[0]:
         raise ConfigError("give exactly one method=<name> (or hparams_search=<name>)")
-    return [f"hparams_search={methods[0]}", *overrides]
+    return ["hparams_search=optuna", *overrides]
 
 
 def retrain_overrides(overrides: list[str]) -> list[str]:
@@ -119,7 +128,6 @@ def main(argv: list[str] | None = None) -> int:
     name, storage = cfg.hydra.sweeper.study_name, cfg.hydra.sweeper.storage
     sweep_dir = Path(cfg.hydra.sweep.dir)  # resolved once: the search and this file agree
     search = [o for o in search if _key(o) != "hydra.sweep.dir"] + [f"hydra.sweep.dir={sweep_dir}"]
-    Path(cfg.paths.hpo_dir).mkdir(parents=True, exist_ok=True)
 
     if not args.no_search:
         before = load_study(name, storage)
@@ -139,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
     retrain_seed = args.retrain_seed if args.retrain_seed is not None else int(cfg.seed) + 1
     plain = retrain_overrides(args.overrides)
-    if not any(_key(o) == "method" for o in plain):  # hparams_search=<m> alone picked the method
+    if not any(_key(o) == "method" for o in plain):  # the method the search ran: its config's or the default
         plain.append(f"method={cfg.hydra.runtime.choices.method}")
     for rank, setting in enumerate(chosen, 1):
         setting["retrain_dir"] = str(sweep_dir / "retrain" / f"top{rank}_seed{retrain_seed}")

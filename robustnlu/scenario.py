@@ -3,7 +3,7 @@ SeqDrift drift kind, full or partial drift, and i.i.d. or o.o.d. validation (2 Ã
 scenarios per dataset), or the dataset's own split when there is no drift.
 
 Its `name` names run directories (conf/hydra/default.yaml), W&B groups (conf/logger/wandb.yaml)
-and HPO studies (conf/hparams_search/base.yaml) through the ``${scenario_name:...}`` resolver,
+and HPO studies (conf/hparams_search/optuna.yaml) through the ``${scenario_name:...}`` resolver,
 which config.yaml's ``scenario`` key calls; train.py stores the value in results.json
 (``scenario``), and the reports read it back with `Scenario.of_results`.
 

@@ -40,6 +40,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from robustnlu.checkpoint import AtomicCheckpointIO
+from robustnlu.config_schema import check_loaded_encoder
 from robustnlu.dashboard import log_results, run_config
 from robustnlu.data.datamodule import SLUDataModule
 from robustnlu.data.utterance import Corpus
@@ -181,6 +182,7 @@ def prepare(cfg: DictConfig) -> RunParts:
     vocab = vocab if vocab is not None else trained_on.vocab()
     tokenizer = load_tokenizer(cfg.encoder)
     encoder = build_encoder(cfg.encoder, vocab_size=len(tokenizer))
+    check_loaded_encoder(cfg, encoder.config)
     datamodule = SLUDataModule(trained_on, tokenizer, vocab, seed=cfg.seed, groups=groups, **cfg.data)
     module = SLUModule.from_config(cfg, vocab, trained_on.intents(), encoder)
     callbacks = protocol.attach(module, tokenizer, cfg) if protocol else []
@@ -244,7 +246,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         print(f"resume=true: the run in {out_dir} has finished; its stored results.json is the result")
         return resume.results
     pl.seed_everything(cfg.seed, workers=True)
-    parts = prepare(cfg)  # raises DataError before anything is written
+    parts = prepare(cfg)  # raises DataError / ConfigError before anything is written
     try:
         write_status(out_dir, "running", resumed_from=resume.record())
         results = train_and_record(cfg, parts, out_dir, started, resume, overridden)

@@ -5,13 +5,15 @@ value at a closed end and just inside an open one; every value a method's node a
 ends (and null where it allows null) builds and sets up the objective, so a constructor's own
 check is never what refuses a value given on the command line. Then the rules that bound a value
 by another one: ``method.k`` below the batch the objective ranks, the R-PDRO adversary's layers
-at most the encoder's."""
+at most the encoder's (also for an ``encoder=hf`` model the run downloads: checked once it is loaded)."""
 
 from __future__ import annotations
 
 import copy
 import math
 import re
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -22,14 +24,14 @@ from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf, open_dict
 from transformers import AutoModel
 
-from integration_helpers import CONF
+from integration_helpers import CONF, FAST, cli_env, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu.cli import compose_run_config
 from robustnlu.config_schema import plain, schema
 from robustnlu.config_spec import FalseOr, MapOf, Node, Scalar, Seq, Spec, Variants, show
 from robustnlu.errors import ConfigError
 from robustnlu.groups.lda_topics import LDATopics
 from robustnlu.hparams import DeclaredObject, declared
-from robustnlu.model.encoders import tiny_bert_config
+from robustnlu.model.encoders import embedded_model_path, tiny_bert_config
 from robustnlu.model.spec import ModelSpec
 from tests.robust.helpers import synthetic_datamodule
 
@@ -249,3 +251,39 @@ def test_the_ratio_adversary_keeps_at_most_the_encoders_layers(setup_parts):
     compose_run_config(["method=rpdro", "method.adversary.n_layers=6"])
     with pytest.raises(ConfigError, match=r"^method\.adversary\.n_layers: must be <= the encoder's 6 layers \(got 7\)$"):
         compose_run_config(["method=rpdro", "method.adversary.n_layers=7"])
+
+
+#: ``python -m robustnlu`` where the ``encoder=hf`` model is not in the local cache yet, as for a
+#: name the run downloads: reading its config from local files fails (the schema's
+#: `encoder_layers` then knows no layer count); loading it (here: from its folder) works
+NOT_CACHED = """
+import runpy, sys, transformers
+from_pretrained = transformers.AutoConfig.from_pretrained.__func__
+def not_cached(cls, name, *args, **kwargs):
+    if kwargs.get("local_files_only"):
+        raise OSError(f"{name} is not in the local cache")
+    return from_pretrained(cls, name, *args, **kwargs)
+transformers.AutoConfig.from_pretrained = classmethod(not_cached)
+sys.argv = ["robustnlu", *sys.argv[1:]]
+runpy.run_module("robustnlu", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("encoder, n_layers, layers, before_the_run", [
+    (["encoder=tiny"], 3, 2, True),                                 # the schema: conf/encoder/tiny.yaml's num_layers
+    (["encoder=hf", f"encoder.name={embedded_model_path()}"], 7, 6, False),  # the run, once MiniLM is loaded
+])
+def test_too_many_adversary_layers_is_one_error_line_from_the_cli(tmp_path, encoder, n_layers, layers, before_the_run):
+    """~10 s: exit 2, the one line naming the setting, its value and the encoder's layer count,
+    no run directory; with the model not in the local cache, after the data was read."""
+    data = write_snips_sample_jsonl(tmp_path / "data", n_train=32, n_eval=16)
+    args = [*(o for o in FAST if not o.startswith("encoder=")), *encoder, *jsonl_overrides(data), "method=rpdro",
+            f"method.adversary.n_layers={n_layers}", f"hydra.run.dir={tmp_path}/run"]
+    proc = (run_cli(args, cwd=tmp_path) if before_the_run else
+            subprocess.run([sys.executable, "-c", NOT_CACHED, *args], cwd=tmp_path, env=cli_env(),
+                           capture_output=True, text=True, timeout=600))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    line = f"error: method.adversary.n_layers: must be <= the encoder's {layers} layers (got {n_layers})"
+    assert [ln for ln in proc.stderr.splitlines() if ln.strip()] == [line]
+    assert ("dataset jsonl: 32 train" in proc.stdout) is not before_the_run  # the run's log
+    assert not (tmp_path / "run").exists()

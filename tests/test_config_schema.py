@@ -161,7 +161,7 @@ SHIPPED = [
     [],
     *([f"+experiment={e}"] for e in _options("experiment")),
     *([f"method={m}", "drift=slot_value", "selection=greedy_minmax"] for m in _options("method")),
-    *([f"hparams_search={m}", "drift=slot_context"] for m in _options("hparams_search") if m != "base"),
+    *([f"hparams_search={o}", "method=topk", "drift=slot_context"] for o in _options("hparams_search")),
     *([f"{group}={o}"] for group in ("optimizer", "encoder", "augment", "selection") for o in _options(group)
       if o != "conatural"),
     ["optimizer=conatural", "dataset=topv2_alarm", "efficiency=topv2", "efficiency.mode=adapt",

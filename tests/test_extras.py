@@ -82,7 +82,7 @@ def test_a_missing_extra_is_one_error_line(case, data, tmp_path):
     """~5-10 s each: the feature's command with its extra simulated as not installed."""
     run = [*FAST, "trainer.max_epochs=1", *data]
     cases = {  # case: (extra, module made absent, python -m ..., args, the feature as the line names it)
-        "hpo-sweep": ("hpo", "optuna", "robustnlu", ["-m", "hparams_search=erm", *run, f"paths.hpo_dir={tmp_path}/hpo"],
+        "hpo-sweep": ("hpo", "optuna", "robustnlu", ["-m", "hparams_search=optuna", *run, f"paths.hpo_dir={tmp_path}/hpo"],
                       "the Optuna search (hydra/sweeper=optuna)"),
         "hpo-driver": ("hpo", "optuna", "robustnlu.hpo", ["method=erm", *run], "python -m robustnlu.hpo"),
         "slurm": ("slurm", "hydra_plugins.hydra_submitit_launcher", "robustnlu", ["-m", "hydra/launcher=slurm", *run],

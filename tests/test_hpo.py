@@ -1,5 +1,6 @@
 """Hyper-parameter search through our Optuna sweeper (hydra_plugins/robustnlu_plugins/;
-conf/hparams_search/, robustnlu/hpo.py; core paper section 5 "Hyperparameters", App. C, Table 9)."""
+conf/hparams_search/optuna.yaml, robustnlu/hpo.py; core paper section 5 "Hyperparameters", App. C,
+Table 9): every method's search is λ, γ and the space its class declares."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import optuna
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra_plugins.robustnlu_plugins.optuna_sweeper import search_space, sweep_overrides
+from hydra_plugins.robustnlu_plugins.optuna_sweeper import nothing_to_search, search_space, sweep_overrides
 from omegaconf import OmegaConf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
@@ -19,9 +20,6 @@ from robustnlu.errors import ConfigError
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # add_trial
 
-#: the methods with a search space (conf/hparams_search/<method>.yaml, Table 9): a new method trains
-#: without one; `python -m robustnlu.hpo` needs it
-SEARCHED = sorted(p.stem for p in (CONF / "hparams_search").glob("*.yaml") if p.stem != "base")
 LAMBDA_GAMMA = {"optimizer.lr": FloatDistribution(1e-5, 1e-4, log=True),             # Table 9 λ
                 "model.intent_loss_scale": FloatDistribution(1e-2, 10.0, log=True)}  # Table 9 γ
 
@@ -31,37 +29,30 @@ def compose_search(overrides: list[str]):
         return compose(config_name="config", overrides=overrides, return_hydra_config=True)
 
 
-def test_every_search_config_is_a_methods_and_the_papers_methods_have_one():
-    assert set(SEARCHED) <= set(METHODS)
-    # the core paper's methods (Table 9) and the ones added from papers 001-003
-    assert set(SEARCHED) >= {"erm", "topk", "topk_group", "topk_ae", "topk_ae_bin", "topk_ae_prob", "group_dro",
-                             "topic_cvar", "nonparam_kl", "rpdro", "pdro"}
-
-
-@pytest.mark.parametrize("method", SEARCHED)
-def test_search_config_composes_with_its_method_and_its_params_parse(method):
-    for overrides in ([f"hparams_search={method}"], [f"hparams_search={method}", f"method={method}"]):
-        cfg = compose_search(["+experiment=snips_slot_value", "drift.partial=true", *overrides])
-        assert cfg.hydra.runtime.choices.method == method
-        sweeper = cfg.hydra.sweeper
-        assert sweeper._target_ == "hydra_plugins.robustnlu_plugins.optuna_sweeper.OptunaSweeper"
-        assert sweeper.direction == "maximize"
-        assert sweeper.sampler._target_ == "optuna.samplers.TPESampler" and sweeper.sampler.seed is not None
-        assert sweeper.study_name == f"snips-slot_value-partial-iid-{METHOD_NAMES.get(method, method)}"
-        assert sweeper.storage == "sqlite:///outputs/hpo/optuna.db"
-        assert sweeper.n_trials == 8 and sweeper.n_jobs == 1 and sweeper.max_failure_rate > 0
-        overrides = sweep_overrides(sweeper.params)  # the method's declared space: under params.method
-        space, fixed = search_space(overrides)
-        assert not fixed and list(space) == [o.split("=", 1)[0] for o in overrides]
-        assert {k: space[k] for k in LAMBDA_GAMMA} == LAMBDA_GAMMA
-        for key in space:  # every searched key is a key of the composed training config
-            assert OmegaConf.select(cfg, key, default="<missing>") != "<missing>", key
-        assert cfg.hydra.callbacks.hpo_dir.path == "outputs/hpo"
+@pytest.mark.parametrize("method", METHODS)
+def test_search_config_composes_with_each_method_and_its_params_parse(method):
+    cfg = compose_search(["+experiment=snips_slot_value", "drift.partial=true", "hparams_search=optuna",
+                          f"method={method}"])
+    assert cfg.hydra.runtime.choices.method == method
+    sweeper = cfg.hydra.sweeper
+    assert sweeper._target_ == "hydra_plugins.robustnlu_plugins.optuna_sweeper.OptunaSweeper"
+    assert sweeper.direction == "maximize"
+    assert sweeper.sampler._target_ == "optuna.samplers.TPESampler" and sweeper.sampler.seed is not None
+    assert sweeper.study_name == f"snips-slot_value-partial-iid-{METHOD_NAMES.get(method, method)}"
+    assert sweeper.storage == "sqlite:///outputs/hpo/optuna.db"
+    assert sweeper.n_trials == 8 and sweeper.n_jobs == 1 and sweeper.max_failure_rate > 0
+    overrides = sweep_overrides(sweeper.params)  # the method's declared space: under params.method
+    space, fixed = search_space(overrides)
+    assert not fixed and list(space) == [o.split("=", 1)[0] for o in overrides]
+    assert {k: space[k] for k in LAMBDA_GAMMA} == LAMBDA_GAMMA
+    for key in space:  # every searched key is a key of the composed training config
+        assert OmegaConf.select(cfg, key, default="<missing>") != "<missing>", key
+    assert cfg.hydra.callbacks.hpo_dir.path == "outputs/hpo"
 
 
 def test_method_specific_search_spaces_are_table_9():
     def space(method):
-        params = compose_search([f"hparams_search={method}"]).hydra.sweeper.params
+        params = compose_search(["hparams_search=optuna", f"method={method}"]).hydra.sweeper.params
         return search_space(sweep_overrides(params))[0]
 
     assert space("erm") == LAMBDA_GAMMA
@@ -121,18 +112,37 @@ def test_search_space_syntax_of_the_sweeper():
 
 def test_a_bad_sweeper_setting_is_one_error_line(tmp_path):
     """~5 s: checked before the study is created or a trial runs."""
-    proc = run_cli(["-m", "hparams_search=erm", "hydra.sweeper.direction=up", f"paths.hpo_dir={tmp_path}/hpo",
-                    f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path)
+    proc = run_cli(["-m", "hparams_search=optuna", "method=erm", "hydra.sweeper.direction=up",
+                    f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: hydra.sweeper.direction must be one of ('maximize', 'minimize'), got 'up'")
     assert not (tmp_path / "hpo" / "optuna.db").exists() and not (tmp_path / "sweep").exists()
 
 
+def test_a_search_with_nothing_left_to_search_is_one_error_line(tmp_path):
+    """~5 s: ERM declares no search space; with λ and γ fixed on the command line the driver's
+    search would run n_trials copies of one setting: refused before the study is created."""
+    proc = run_cli(["method=erm", "optimizer.lr=5e-5", "model.intent_loss_scale=1", f"paths.hpo_dir={tmp_path}/hpo",
+                    f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path, module="robustnlu.hpo")
+    assert proc.returncode == 2
+    assert [line for line in proc.stderr.splitlines() if line.strip()] == [
+        "error: hydra.sweeper.params: nothing to search: method declares no search space; "
+        "the command line fixes optimizer.lr, model.intent_loss_scale"]
+    assert not (tmp_path / "hpo" / "optuna.db").exists() and not (tmp_path / "sweep").exists()
+
+
+def test_what_leaves_a_search_empty_is_named():
+    params = {"optimizer.lr": "tag(log, interval(1e-5, 1e-4))", "method": {"k": "tag(log, int(interval(1, 16)))"}}
+    assert nothing_to_search(params, search_space(["optimizer.lr=5e-5", "method.k=4"])[1]) == (
+        "hydra.sweeper.params: nothing to search: the command line fixes optimizer.lr, method.k")
+    assert nothing_to_search({}, {}) == "hydra.sweeper.params: nothing to search: no sweep given"
+
+
 def test_a_method_whose_search_space_cannot_be_read_is_one_error_line(tmp_path):
     """~5 s: the search space is read from the method's class (``${declared_search_space:method}``)
     when the sweeper is built: a class that does not import ends there, as the schema says it."""
-    proc = run_cli(["-m", "hparams_search=base", "method=topk", "method._target_=no.Such",
+    proc = run_cli(["-m", "hparams_search=optuna", "method=topk", "method._target_=no.Such",
                     f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path)
     assert proc.returncode == 2
     assert [line for line in proc.stderr.splitlines() if line.strip()] == [
@@ -142,10 +152,12 @@ def test_a_method_whose_search_space_cannot_be_read_is_one_error_line(tmp_path):
 
 def test_driver_overrides():
     assert hpo.search_overrides(["+experiment=snips", "method=topk"]) == [
-        "hparams_search=topk", "+experiment=snips", "method=topk"]
+        "hparams_search=optuna", "+experiment=snips", "method=topk"]
+    # a search config of the user's own (conf/hparams_search/ on their hydra.searchpath) is kept
+    assert hpo.search_overrides(["hparams_search=mine", "method=topk"]) == ["hparams_search=mine", "method=topk"]
     with pytest.raises(ConfigError, match="exactly one method"):
         hpo.search_overrides(["+experiment=snips"])
-    assert hpo.retrain_overrides(["method=topk", "hparams_search=topk", "seed=3", "paths.hpo_dir=x",
+    assert hpo.retrain_overrides(["method=topk", "hparams_search=optuna", "seed=3", "paths.hpo_dir=x",
                                   "hydra.sweeper.n_trials=3", "hydra.sweep.dir=d", "validation=ood"]) == [
         "method=topk", "validation=ood"]
 
@@ -192,7 +204,7 @@ def test_optuna_sweep_of_3_trials_runs_through_hydra_and_writes_the_best_paramet
     fast = [o for o in FAST if not o.startswith(("optimizer.lr", "trainer.max_epochs"))]  # lr is searched
     scenario = [*jsonl_overrides(data), *fast, "trainer.max_epochs=1", f"paths.hpo_dir={tmp_path}/hpo"]
     sweep = tmp_path / "sweep"
-    proc = run_cli(["-m", "hparams_search=topk", *scenario, "hydra.sweeper.n_trials=3",
+    proc = run_cli(["-m", "hparams_search=optuna", "method=topk", *scenario, "hydra.sweeper.n_trials=3",
                     f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
@@ -245,7 +257,7 @@ def test_n_jobs_trials_run_as_one_batch_of_the_submitit_launcher(tmp_path):
     data = write_snips_sample_jsonl(tmp_path / "data", n_train=48, n_eval=16)
     fast = [o for o in FAST if not o.startswith(("optimizer.lr", "trainer.max_epochs"))]
     sweep = tmp_path / "sweep"
-    proc = run_cli(["-m", "hparams_search=erm", *jsonl_overrides(data), *fast, "trainer.max_epochs=1",
+    proc = run_cli(["-m", "hparams_search=optuna", "method=erm", *jsonl_overrides(data), *fast, "trainer.max_epochs=1",
                     "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", "hydra/launcher=local",
                     f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

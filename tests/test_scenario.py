@@ -45,8 +45,8 @@ def test_a_stored_scenario_and_one_from_an_older_results_file_agree():
 def test_run_directories_wandb_groups_and_hpo_studies_use_the_scenario_name(overrides, name):
     register_resolver()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[*overrides, "logger=wandb", "hparams_search=topk"],
-                      return_hydra_config=True)
+        cfg = compose(config_name="config", return_hydra_config=True,
+                      overrides=[*overrides, "logger=wandb", "hparams_search=optuna", "method=topk"])
     assert cfg.scenario == name
     assert cfg.logger.wandb.group == name and cfg.logger.wandb.name == f"{name}-topk-seed0"
     assert cfg.hydra.sweeper.study_name == f"{name}-topk"

@@ -55,11 +55,11 @@ def test_a_user_error_fails_its_job_only_and_the_sweep_exits_non_zero(data, tmp_
 
 
 def test_an_optuna_trial_with_a_user_error_is_failed_and_the_study_goes_on(data, tmp_path):
-    """~15 s: 3 trials of hparams_search=erm that also search the train file (good or bad)."""
+    """~15 s: 3 ERM trials of hparams_search=optuna that also search the train file (good or bad)."""
     sweep = tmp_path / "sweep"
     fast = [o for o in _common(data) if not o.startswith("optimizer.lr")]  # lr is searched
-    proc = run_cli(["-m", "hparams_search=erm", *fast, f"dataset.train=choice({data['bad']},{data['train']})",
-                    "hydra.sweeper.n_trials=3", f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={sweep}"],
+    proc = run_cli(["-m", "hparams_search=optuna", "method=erm", *fast,
+                    f"dataset.train=choice({data['bad']},{data['train']})", "hydra.sweeper.n_trials=3", f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={sweep}"],
                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     study = optuna.load_study(study_name="jsonl-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
@@ -78,12 +78,12 @@ def test_an_optuna_trial_with_a_user_error_is_failed_and_the_study_goes_on(data,
 
 
 def test_an_optuna_trial_that_crashes_is_failed_with_its_traceback_and_the_study_goes_on(data, tmp_path):
-    """~15 s: 3 trials of hparams_search=erm that also search trainer.limit_train_batches over 1.0
+    """~15 s: 3 ERM trials of hparams_search=optuna that also search trainer.limit_train_batches over 1.0
     and -1; Lightning refuses -1 (MisconfigurationException: a crash, not a user error of ours —
     our config schema leaves Lightning's own arguments outside conf/trainer/ unchecked)."""
     sweep = tmp_path / "sweep"
     fast = [o for o in _common(data) if not o.startswith("optimizer.lr")]
-    proc = run_cli(["-m", "hparams_search=erm", *fast, f"dataset.train={data['train']}",
+    proc = run_cli(["-m", "hparams_search=optuna", "method=erm", *fast, f"dataset.train={data['train']}",
                     "++trainer.limit_train_batches=choice(1.0,-1)",
                     "hydra.sweeper.n_trials=3",
                     f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
@@ -105,8 +105,8 @@ def test_a_batch_with_more_failures_than_max_failure_rate_ends_the_sweep(data, t
     """~10 s: n_jobs=2 trials per batch, every trial reads the malformed file; 2 of 2 failed >
     0.4, so the sweep ends after the first batch with the job's error line and exit status 1."""
     fast = [o for o in _common(data) if not o.startswith("optimizer.lr")]
-    proc = run_cli(["-m", "hparams_search=erm", *fast, f"dataset.train={data['bad']}", "hydra.sweeper.n_trials=4",
-                    "hydra.sweeper.n_jobs=2", "hydra.sweeper.max_failure_rate=0.4",
+    proc = run_cli(["-m", "hparams_search=optuna", "method=erm", *fast, f"dataset.train={data['bad']}",
+                    "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2", "hydra.sweeper.max_failure_rate=0.4",
                     f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path)
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()  # the sweep ends on the job's one error line (cli.hydra_app)

@@ -3,8 +3,8 @@ recipes say, outside robustnlu: the classes in a package of the user's (a folder
 their YAML files in the user's config folder (``hydra.searchpath``); nothing under robustnlu/ or
 conf/ changes. The method trains in a sweep, resumes after a kill and shows up under its own
 name in results.json, W&B and the study report; its declared hyper-parameter is checked with the
-schema's one line and searched by the HPO config; the group source groups one of robustnlu's
-group methods."""
+schema's one line and searched by ``python -m robustnlu.hpo`` from the declaration alone (the user
+writes no search config); the group source groups one of robustnlu's group methods."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+import optuna
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
@@ -192,14 +193,36 @@ def test_a_users_group_source_groups_a_robustnlu_method(user, tmp_path):
 
 
 def test_the_hpo_search_of_a_users_method_is_what_it_declares(user, monkeypatch):
-    """``hparams_search=base method=<name>``: Table 9's λ and γ, and the method's own space."""
+    """``hparams_search=optuna method=<name>``: Table 9's λ and γ, and the method's own space."""
     monkeypatch.syspath_prepend(str(user.folder / "mypkg"))
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="config", return_hydra_config=True,
-                      overrides=[user.searchpath, "hparams_search=base", "method=batch_cvar", "dataset=mysnips"])
+                      overrides=[user.searchpath, "hparams_search=optuna", "method=batch_cvar", "dataset=mysnips"])
     assert sweep_overrides(cfg.hydra.sweeper.params) == [
         "optimizer.lr=tag(log, interval(1e-5, 1e-4))", "model.intent_loss_scale=tag(log, interval(1e-2, 10.0))",
         "method.alpha=interval(0.1, 1.0)"]
     assert cfg.hydra.sweeper.study_name == "mysnips-batch_cvar"
     objective = instantiate(cfg.method, intent_loss_scale=1.0)
     assert type(objective).__module__ == "mymethods" and objective.alpha == 0.5
+
+
+def test_the_hpo_protocol_runs_a_users_method_from_its_declaration(user, tmp_path):
+    """~30 s: ``python -m robustnlu.hpo method=batch_cvar`` with no search config of the user's: a
+    2-trial Optuna study over λ, γ and the declared α, best_params.json, the best setting retrained
+    with seed 1."""
+    assert not list(user.folder.rglob("hparams_search"))
+    fast = [o for o in TINY if not o.startswith("optimizer.lr")]  # λ is searched
+    out, storage = tmp_path / "hpo_run", f"sqlite:///{tmp_path}/hpo/optuna.db"
+    proc = user.run("--top", "1", "method=batch_cvar", user.searchpath, *fast, "hydra.sweeper.n_trials=2",
+                    f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={out}", module="robustnlu.hpo")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    study = optuna.load_study(study_name="mysnips-batch_cvar", storage=storage)
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 2
+    for trial in study.trials:
+        assert set(trial.params) == {"optimizer.lr", "model.intent_loss_scale", "method.alpha"}
+        assert 0.1 <= trial.params["method.alpha"] <= 1.0  # the declared uniform(0.1, 1.0)
+    (best,) = json.loads((out / "best_params.json").read_text())["chosen"]
+    assert best["value"] == max(t.value for t in study.trials)
+    results = json.loads((out / "retrain" / "top1_seed1" / "results.json").read_text())
+    assert results["method"] == "batch_cvar" and results["seed"] == 1
+    assert results["config"]["method"]["alpha"] == pytest.approx(best["params"]["method.alpha"])

@@ -5,12 +5,13 @@ sampler proposes, Hydra's launcher (basic, or submitit: Slurm / local processes)
 1.3.0 (which requires optuna < 3) with the same configuration keys and search-space syntax:
 
 - ``hydra.sweeper.params`` and sweep overrides on the command line are the search space (a
-  nested mapping in ``params`` stands for its keys under its own: conf/hparams_search/base.yaml's
+  nested mapping in ``params`` stands for its keys under its own: conf/hparams_search/optuna.yaml's
   ``method``, the space the method declares, gives ``method.k``, ``method.groups.beta``, ...):
   ``choice(a, b)`` = categorical; ``interval(lo, hi)`` = float uniform, ``int(interval(lo, hi))`` =
   int uniform, ``tag(log, ...)`` = log scale; ``range(start, stop, step)`` = stepped int / float
   (``stop`` excluded, as in Hydra); not ``glob``. Plain overrides are
-  passed to every trial; a plain override of a searched key fixes it (it leaves the space).
+  passed to every trial; a plain override of a searched key fixes it (it leaves the space). A
+  space with no key left is a user error (`nothing_to_search`): n_trials runs of one setting.
 - ``direction``, ``study_name``, ``storage`` (``load_if_exists``: a rerun adds trials), ``n_trials``,
   ``n_jobs``, ``max_failure_rate`` (checked per batch: more failed trials of a batch than this
   share re-raises the first failure and ends the sweep), ``sampler`` (instantiated by Hydra).
@@ -98,6 +99,16 @@ def search_space(overrides: Sequence[str]) -> tuple[dict[str, Any], dict[str, st
     return space, fixed
 
 
+def nothing_to_search(params: Mapping[str, Any], fixed: Mapping[str, str]) -> str:
+    """Why a search has an empty space: the mappings of ``params`` that are empty (a method whose
+    class declares no search space) and the keys it searches that the command line ``fixed``."""
+    empty = [f"{key} declares no search space" for key, value in params.items()
+             if isinstance(value, Mapping) and not value]
+    overridden = [key for key in search_space(sweep_overrides(params))[0] if key in fixed]
+    reasons = [*empty, *([f"the command line fixes {', '.join(overridden)}"] if overridden else [])]
+    return f"hydra.sweeper.params: nothing to search: {'; '.join(reasons) or 'no sweep given'}"
+
+
 class OptunaSweeper(Sweeper):
     """See the module docstring; the arguments are conf/hydra/sweeper/optuna.yaml's keys."""
 
@@ -136,6 +147,8 @@ class OptunaSweeper(Sweeper):
         try:
             self._check()
             space, fixed = search_space([*sweep_overrides(self.params), *arguments])
+            if not space:
+                raise ConfigError(nothing_to_search(self.params, fixed))
         except ConfigError as err:
             exit_with_error(err)
         study = optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=self.sampler,

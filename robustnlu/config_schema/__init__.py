@@ -101,4 +101,13 @@ def check_config(cfg: DictConfig, config_name: str) -> None:
     schema(config_name).check("", values, values)
 
 
-__all__ = ["check_config", "schema"]
+def check_loaded_encoder(cfg: DictConfig, encoder_config: Any) -> None:
+    """The training config's rules on the encoder's size, with the layer count of the encoder the
+    run loaded (its Hugging Face config): `check_config` could not read it where the run
+    downloads the model (``encoder=hf`` with a name not yet in the local cache)."""
+    values = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("method", "encoder")}
+    layers = getattr(encoder_config, "num_hidden_layers", None)
+    Node({}, extra="*", rules=(ratio_layers_rule(lambda _: layers),)).check("", values, values)
+
+
+__all__ = ["check_config", "check_loaded_encoder", "schema"]

@@ -9,7 +9,7 @@ own included; the rules below tie some of its values to other parts of the confi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from robustnlu.config_spec import (
@@ -93,15 +93,17 @@ def top_k_rule() -> Rule:
         lambda c, _: f"must be < {objective_batch(c)[1]}: with k >= the batch, top-k keeps every loss and selects nothing")
 
 
-def ratio_layers_rule() -> Rule:
+def ratio_layers_rule(layers: Callable[[Mapping[str, Any]], int | None] = encoder_layers) -> Rule:
     """R-PDRO's ratio adversary keeps the first ``n_layers`` of the SLU encoder's layers: at most
-    all of them, where the encoder's size can be read."""
+    all of them, ``layers(cfg["encoder"])`` (None: not known, not checked). Before the run that
+    is `encoder_layers`, read from local files; the run checks again with the encoder it loaded
+    (`robustnlu.config_schema.check_loaded_encoder`)."""
     from robustnlu.adversary.ratio import RatioAdversary
 
     def fits(cfg: Mapping[str, Any], _: Any) -> bool:
         adversary = cfg["method"].get("adversary")
-        layers = encoder_layers(cfg["encoder"]) if builds(adversary, RatioAdversary) else None
-        return layers is None or adversary["n_layers"] <= layers
+        known = layers(cfg["encoder"]) if builds(adversary, RatioAdversary) else None
+        return known is None or adversary["n_layers"] <= known
 
     return Rule("method.adversary.n_layers", fits,
-                lambda c, _: f"must be <= the encoder's {encoder_layers(c['encoder'])} layers")
+                lambda c, _: f"must be <= the encoder's {layers(c['encoder'])} layers")

@@ -108,7 +108,7 @@ DATA_DIR_RULE = Rule("data_dir", lambda node, root: Path(node["data_dir"]).is_di
 
 
 def paths(evaluate: bool = False) -> Node:
-    """conf/paths/default.yaml (``hpo_dir``: conf/hparams_search/base.yaml); ``evaluate``: the
+    """conf/paths/default.yaml (``hpo_dir``: conf/hparams_search/optuna.yaml); ``evaluate``: the
     ``paths`` of conf/evaluate.yaml (``data_dir`` only)."""
     if evaluate:
         return Node({"data_dir": text()}, rules=(DATA_DIR_RULE,))
