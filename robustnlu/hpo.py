@@ -34,7 +34,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 
 from robustnlu.cli import compose_run_config, run_multirun
-from robustnlu.errors import ConfigError, RobustNLUError, entry_point
+from robustnlu.errors import CommandLineParser, ConfigError, RobustNLUError, entry_point
 from robustnlu.extras import require
 
 
@@ -110,7 +110,7 @@ def retrain_overrides(overrides: list[str]) -> list[str]:
 # ---------------------------------------------------------------------------- the protocol
 @entry_point
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = CommandLineParser(
         prog="python -m robustnlu.hpo", description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--top", type=int, default=2, help="settings to retrain (paper: 2)")

@@ -18,9 +18,6 @@ from robustnlu.errors import USER_ERROR, CommandLineParser
 
 PACKAGE = REPO / "robustnlu"
 PARSER_CLASSES = {"ArgumentParser", "CommandLineParser"}
-#: modules that still build argparse's own parser, each with what to do about it; a module
-#: converted while still listed here fails both tests below, so that the entry goes
-PLAIN_PARSERS = {"robustnlu.hpo": "robustnlu/hpo.py builds argparse.ArgumentParser: make it errors.CommandLineParser"}
 
 
 def module_name(path: Path) -> str:
@@ -60,7 +57,7 @@ def test_the_commands_are_found():
 
 def test_every_parser_is_the_one_line_parser():
     plain = {module_name(path) for path, tree in TREES.items() if parser_classes_called(tree) - {"CommandLineParser"}}
-    assert plain == set(PLAIN_PARSERS)
+    assert plain == set()
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +69,7 @@ def refusals(tmp_path_factory) -> Iterator[dict[tuple, Future]]:
     assert not any(cwd.iterdir())
 
 
-def case_param(case: tuple):
-    module, argv, _ = case
-    plain = [pytest.mark.xfail(strict=True, reason=PLAIN_PARSERS[module])] if module in PLAIN_PARSERS else []
-    return pytest.param(case, id=" ".join((module, *argv)), marks=plain)
-
-
-@pytest.mark.parametrize("case", [case_param(case) for case in CASES])
+@pytest.mark.parametrize("case", [pytest.param(case, id=" ".join((case[0], *case[1]))) for case in CASES])
 def test_a_refused_command_line_is_one_error_line(refusals, case):
     proc = refusals[case].result()
     prog = case[2]
