@@ -6,6 +6,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
+# Overrides appended to each training command below (of a key given twice, the later counts),
+# quoted as on a shell command line, e.g. make run ARGS='seed=1 trainer.max_epochs=5' or, on Slurm,
+# make reproduce ARGS='hydra/launcher=slurm hydra.launcher.partition=cpu'; efficiency-study also
+# takes the driver's options here, after its overrides (ARGS='--percents 0,10,50,100').
+ARGS ?=
 
 .PHONY: install run noise-study efficiency-study reproduce reproduction-report test test-wheel test-slow test-gpu bench device-wheels device-check clean
 
@@ -29,30 +34,31 @@ $(STAMP): pyproject.toml requirements.lock.txt
 RUN_STAMP := $(shell date +%Y-%m-%d_%H-%M-%S)
 RUN_DIR ?= outputs/make-run/$(RUN_STAMP)
 run: install
-	$(PY) -m robustnlu -m +experiment=snips_slot_context method=erm,topk trainer.max_epochs=2 hydra.sweep.dir=$(RUN_DIR)
+	$(PY) -m robustnlu -m +experiment=snips_slot_context method=erm,topk trainer.max_epochs=2 hydra.sweep.dir=$(RUN_DIR) $(ARGS)
 	$(PY) -m robustnlu.analysis.compare $(RUN_DIR)
 
 # Real-world noise (Krone et al., paper 002): JointBERT on SNIPS trained without and with
 # misspelling augmentation (20% of tokens, in place), 2 epochs each on the CPU (about 25 minutes),
-# both scored on the released noisy suite; then the Table-4 comparison (drop, gain, residual).
+# both scored on the released noisy suite; then the Table-4 comparison (drop, gain, residual) of
+# the sweep's run without augmentation (the baseline) and its augmented run.
 NOISE_DIR ?= outputs/noise-study/$(RUN_STAMP)
 noise-study: install
-	$(PY) -m robustnlu -m augment=none,misspelling trainer.max_epochs=2 'suite=[noisy_nlu]' hydra.sweep.dir=$(NOISE_DIR)
-	$(PY) -m robustnlu.analysis.robustness $(NOISE_DIR)/0-* $(NOISE_DIR)/1-*
+	$(PY) -m robustnlu -m augment=none,misspelling trainer.max_epochs=2 'suite=[noisy_nlu]' hydra.sweep.dir=$(NOISE_DIR) $(ARGS)
+	$(PY) -m robustnlu.analysis.robustness $(NOISE_DIR)
 
 # The data-efficiency protocol on TOPv2 weather at a CPU budget (README "How much data do I need?"):
 # the paper's 10 subsets, seed 0, 1 epoch each, 300 utterances per source domain and split (33 min here).
 EFFICIENCY_DIR ?= outputs/efficiency-study/$(RUN_STAMP)
 efficiency-study: install
 	$(PY) -m robustnlu.efficiency --seeds 0 target=weather trainer.max_epochs=1 efficiency.source_limit=300 \
-		'~callbacks.progress_bar' trainer.enable_progress_bar=false hydra.sweep.dir=$(EFFICIENCY_DIR)
+		'~callbacks.progress_bar' trainer.enable_progress_bar=false hydra.sweep.dir=$(EFFICIENCY_DIR) $(ARGS)
 
 # The core paper's study on this machine (README "The reproduction"): trains what the plan lacks
 # (resumable; each finished run's record committed under docs/reproduction/records/), then
 # rebuilds docs/reproduction/report.md from the records; the report is built even when a run
 # failed, and the failure still fails the target.
 reproduce: install
-	$(PY) -m robustnlu.reproduce --commit; status=$$?; $(PY) -m robustnlu.reproduce report && exit $$status
+	$(PY) -m robustnlu.reproduce --commit $(ARGS); status=$$?; $(PY) -m robustnlu.reproduce report && exit $$status
 
 # docs/reproduction/report.md and its figures from the committed records alone (no training).
 reproduction-report: install

@@ -76,6 +76,21 @@ def write_snips_sample_jsonl(folder: Path, n_train: int = 240, n_eval: int = 60)
     return paths
 
 
+#: the TOPv2 domains of `write_topv2_cut`: the efficiency protocol's target (weather) and two sources
+TOPV2_CUT_DOMAINS = ("weather", "alarm", "timer")
+
+
+def write_topv2_cut(folder: Path) -> Path:
+    """The first rows (train 160, eval 40, test 60; header kept) of the shipped files of each of
+    `TOPV2_CUT_DOMAINS`, in TOPv2's own format, in ``folder`` (``dataset.path=<folder>``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for domain in TOPV2_CUT_DOMAINS:
+        for split, n in (("train", 160), ("eval", 40), ("test", 60)):
+            lines = shipped_lines(f"topv2/{domain}_{split}.tsv")
+            (folder / f"{domain}_{split}.tsv").write_text("\n".join(lines[: n + 1]) + "\n")
+    return folder
+
+
 def jsonl_overrides(paths: dict[str, Path]) -> list[str]:
     return ["dataset=jsonl", *(f"dataset.{k}={v}" for k, v in paths.items())]
 

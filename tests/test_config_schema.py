@@ -128,7 +128,7 @@ OTHER_ENTRY_POINTS = {
     "efficiency bad value": ("robustnlu.efficiency", ["target=alarm", "efficiency.percent=120"],
                              "error: efficiency.percent: must be in [0, 100] (got 120)"),
     "compare": ("robustnlu.analysis.compare", ["empty"], "error: empty: neither a run directory"),
-    "robustness": ("robustnlu.analysis.robustness", ["empty"], "error: empty/robustness.json: no robustness results"),
+    "robustness": ("robustnlu.analysis.robustness", ["empty"], "error: empty: neither a run directory"),
     "report": ("robustnlu.report", ["empty", "--out", "report"], "error: "),
     "efficiency study": ("robustnlu.efficiency.study", ["empty", "--out", "eff"], "error: "),
 }

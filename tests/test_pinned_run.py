@@ -24,12 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from integration_helpers import FAST, REPO, SMALL_DRIFT, jsonl_overrides, run_cli, shipped_lines, write_snips_sample_jsonl
+from integration_helpers import FAST, REPO, SMALL_DRIFT, jsonl_overrides, run_cli, write_snips_sample_jsonl, write_topv2_cut
 
 PINNED = REPO / "tests" / "pinned" / "runs.json"
 METHODS = sorted(p.stem for p in (REPO / "conf" / "method").glob("*.yaml"))
 EPOCHS = ["trainer.max_epochs=2"]  # after FAST's 6: the last value wins
-TOPV2_DOMAINS = ("weather", "alarm", "timer")
 
 
 def summary(run_dir: Path) -> dict:
@@ -56,12 +55,7 @@ def method_sweep(tmp: Path) -> dict:
 
 
 def adapt_protocol(tmp: Path) -> dict:
-    folder = tmp / "topv2"
-    folder.mkdir()
-    for domain in TOPV2_DOMAINS:
-        for split, n in (("train", 160), ("eval", 40), ("test", 60)):
-            lines = shipped_lines(f"topv2/{domain}_{split}.tsv")
-            (folder / f"{domain}_{split}.tsv").write_text("\n".join(lines[: n + 1]) + "\n")
+    folder = write_topv2_cut(tmp / "topv2")
     sweep = tmp / "efficiency"
     proc = run_cli(["--mode", "adapt", "--percents", "25", "--seeds", "0", "target=weather",
                     f"dataset.path={folder}", "efficiency.sources=[alarm,timer]", *FAST, *EPOCHS,

@@ -3,7 +3,8 @@ runs side by side, each with its relative change to the first run (the baseline,
 the core paper's result tables report it (Tables 11-14: "%" columns = relative change to ERM).
 
 A directory is a run directory (it holds ``results.json``) or a sweep directory whose
-sub-directories are runs (Hydra multirun: ``<sweep>/<job number>-<scenario>-<method>-seed<seed>/``, taken in job order).
+sub-directories are runs (a Hydra multirun's jobs, ``<sweep>/<scenario>-<method>-seed<seed>-<job hash>/``),
+taken in the order of the sweep's job list (`robustnlu.rundir.sweep_runs`).
 A results.json that lacks what the table shows (`robustnlu.analysis.runs.results_problem`): one
 ``error:`` line naming it, exit status 2.
 """

@@ -12,9 +12,14 @@ and the paper's headline numbers are the unweighted means of drop and gain over 
 (−13.5 IC / −18.9 SL and +11.5 / +17.3 over its 12 cells).
 
     python -m robustnlu.analysis.robustness BASE_RUN [AUG_RUN]
+    python -m robustnlu.analysis.robustness SWEEP_DIR
 
 prints a run's tables from ``<run>/robustness.json``; with two runs, the effects of the second
-(augmented) relative to the first (baseline) for the cells both have.
+(augmented) relative to the first (baseline) for the cells both have. A sweep directory (e.g.
+``python -m robustnlu -m augment=none,misspelling 'suite=[noisy_nlu]'``, whose job folders are
+named alike but for their hash) is sorted by what each finished run recorded: the one trained
+without augmentation (results.json's ``augment`` is null) is the baseline, and every other one,
+in job order, is compared with it.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from pathlib import Path
 from robustnlu.errors import CommandLineParser, DataError, entry_point
 from robustnlu.metrics.registry import METRICS, NOISE_EFFECTS
 from robustnlu.metrics.robustness import NoiseScore, pct, read_suites, score_table, signed
-from robustnlu.rundir import RunDir
+from robustnlu.rundir import RunDir, sweep_runs
 from robustnlu.tables import markdown_lines
 
 EFFECTS = ("drop", "gain", "residual", "clean_cost")
@@ -86,18 +91,51 @@ def load_scores(run_dir: Path) -> dict[str, list[NoiseScore]]:
     return {suite: [NoiseScore.from_dict(d) for d in entry["scores"]] for suite, entry in read_suites(path).items()}
 
 
+def augmentation(run: RunDir) -> str:
+    """The noise a finished run's training split was augmented with (results.json's ``augment``),
+    ``none`` without augmentation."""
+    record = run.results().get("augment")
+    if record is None:
+        return "none"
+    try:
+        return str(record["noise"]["name"])
+    except (KeyError, TypeError):
+        raise DataError(run.results_file, None, "augment must be null or name its noise (augment.noise.name)") from None
+
+
+def sweep_comparison(sweep: Path) -> list[tuple[Path, str]]:
+    """(run directory, heading label) of a sweep directory's finished runs (`sweep_runs`): its one
+    run trained without augmentation (the baseline) first, then the augmented ones in job order."""
+    runs = [(run, augmentation(run)) for run in sweep_runs(sweep)]
+    if not runs:
+        raise DataError(sweep, None, "neither a run directory nor a sweep of finished runs")
+    baselines = [pair for pair in runs if pair[1] == "none"]
+    if len(baselines) != 1:
+        raise DataError(sweep, None, f"{len(baselines)} finished runs trained without augmentation (augment=none), "
+                                     "not one baseline: name the runs, BASE_RUN AUG_RUN")
+    augmented = [pair for pair in runs if pair[1] != "none"]
+    return [(run.path, f"{run.path} (augment={noise})") for run, noise in [*baselines, *augmented]]
+
+
 @entry_point
 def main(argv: Sequence[str] | None = None) -> int:
     parser = CommandLineParser(prog="python -m robustnlu.analysis.robustness", description=__doc__.split("\n\n")[0])
-    parser.add_argument("base", type=Path, help="a run directory with robustness.json")
+    parser.add_argument("base", type=Path, help="a run directory with robustness.json, or a sweep directory: its run "
+                                                "trained without augmentation is the baseline of every other run")
     parser.add_argument("aug", type=Path, nargs="?", help="a second (augmented) run to compare with the first")
     args = parser.parse_args(argv)
-    base = load_scores(args.base)
-    aug = load_scores(args.aug) if args.aug else None
+    if args.aug is None and args.base.is_dir() and not RunDir(args.base).is_run():
+        runs = sweep_comparison(args.base)
+    else:
+        runs = [(path, str(path)) for path in (args.base, args.aug) if path is not None]
+    (base_path, base_label), *augmented = runs
+    base = load_scores(base_path)
+    scored = [(label, load_scores(path)) for path, label in augmented]
     for suite, scores in base.items():
-        print(f"\n## {suite}: {args.base}\n\n{score_table(scores)}")
-        if aug is not None and suite in aug:
-            print(f"\n## {suite}: {args.aug} vs {args.base} (points)\n\n{effects_table(match_cells(scores, aug[suite]))}")
+        print(f"\n## {suite}: {base_label}\n\n{score_table(scores)}")
+        for label, aug in scored:
+            if suite in aug:
+                print(f"\n## {suite}: {label} vs {base_label} (points)\n\n{effects_table(match_cells(scores, aug[suite]))}")
     return 0
 
 

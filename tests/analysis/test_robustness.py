@@ -83,3 +83,45 @@ def test_round_trip_and_cli_comparison(tmp_path, capsys):
     assert "aug vs" in out and "+11.5" in out
     assert main([str(tmp_path / "missing")]) == 2
     assert "no robustness results" in capsys.readouterr().err
+
+
+def write_run(folder, model, augment):
+    """A finished run of ``model``'s Table-4 scores whose results.json records ``augment``."""
+    folder.mkdir(parents=True)
+    entry = {"scores": [s.to_dict() for s in scores(model)], "pairs": [], "checkpoint": "x.ckpt"}
+    (folder / "robustness.json").write_text(json.dumps({"suites": {"noisy_nlu": entry}}))
+    (folder / "results.json").write_text(json.dumps({"augment": augment}))
+
+
+MISSPELLING = {"noise": {"name": "misspelling", "rate": 0.2}, "mode": "inplace"}
+
+
+def test_a_sweep_directory_compares_its_augmented_run_with_its_run_without_augmentation(tmp_path, capsys):
+    """Job folders of augment=none,misspelling differ in their hash alone: the baseline is picked by
+    what the run recorded, not by where it sorts (here the augmented run's folder sorts first)."""
+    sweep = tmp_path / "sweep"
+    write_run(sweep / "snips-erm-seed0-0aaaaaaa", "aug", MISSPELLING)
+    write_run(sweep / "snips-erm-seed0-fbbbbbbb", "base", None)
+    assert main([str(sweep)]) == 0
+    headings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("## ")]
+    base = f"{sweep / 'snips-erm-seed0-fbbbbbbb'} (augment=none)"
+    aug = f"{sweep / 'snips-erm-seed0-0aaaaaaa'} (augment=misspelling)"
+    assert headings == [f"## noisy_nlu: {base}", f"## noisy_nlu: {aug} vs {base} (points)"]
+    assert main([str(sweep / "snips-erm-seed0-fbbbbbbb"), str(sweep / "snips-erm-seed0-0aaaaaaa")]) == 0
+    assert "+11.5" in capsys.readouterr().out  # the same comparison as naming the two runs
+
+
+@pytest.mark.parametrize("augments, problem", [
+    ([None, None], "2 finished runs trained without augmentation (augment=none), not one baseline"),
+    ([MISSPELLING], "0 finished runs trained without augmentation (augment=none), not one baseline"),
+    ([], "neither a run directory nor a sweep of finished runs"),
+    ([{"mode": "inplace"}], "augment must be null or name its noise"),
+])
+def test_a_sweep_without_exactly_one_baseline_is_one_error_line(tmp_path, capsys, augments, problem):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    for k, augment in enumerate(augments):
+        write_run(sweep / f"job{k}", "base", augment)
+    assert main([str(sweep)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("error: ") and problem in captured.err

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from integration_helpers import (FAST, REPO, cli_env, compose_config, file_bytes, jsonl_overrides, shipped_lines,
-                                 write_snips_sample_jsonl)
+from integration_helpers import (FAST, REPO, cli_env, compose_config, file_bytes, jsonl_overrides, write_snips_sample_jsonl,
+                                 write_topv2_cut)
 from robustnlu.config_schema import check_config
 from robustnlu.data.readers import load_corpus
 from robustnlu.paths import shipped_config
@@ -20,18 +20,9 @@ from robustnlu.efficiency.subsets import efficiency_split, nested_subset
 from robustnlu.errors import ConfigError
 from robustnlu.train import prepare
 
-DOMAINS = ("weather", "alarm", "timer")
-
-
 @pytest.fixture(scope="module")
 def topv2_cut(tmp_path_factory):
-    """The first rows of three TOPv2 domains' files (header kept), in TOPv2's own format."""
-    folder = tmp_path_factory.mktemp("topv2")
-    for domain in DOMAINS:
-        for split, n in (("train", 160), ("eval", 40), ("test", 60)):
-            lines = shipped_lines(f"topv2/{domain}_{split}.tsv")
-            (folder / f"{domain}_{split}.tsv").write_text("\n".join(lines[: n + 1]) + "\n")
-    return folder
+    return write_topv2_cut(tmp_path_factory.mktemp("topv2"))
 
 
 def dataset(folder: Path) -> dict:
