@@ -17,10 +17,13 @@ a sweep can be filtered, pivoted and compared by the study's axes.
   utterances with a wrong intent or tag (at most `ERROR_ROWS`, in uid order).
 
 The history holds what changes during training: the losses and validation metrics
-(`robustnlu.module.SLUModule`), the objective's state (``objective/*``,
-`robustnlu.robust.base.RobustObjective.logged_state`) and the learning rate
+(`robustnlu.module.SLUModule`; a split's example count ``n`` and worst cluster's id are no
+curves, `robustnlu.module.NOT_CURVES`: the summary's ``final`` holds them), the objective's state
+(``objective/*``, `robustnlu.robust.base.RobustObjective.logged_state`) and the learning rate
 (``callbacks.lr_monitor``). With ``logger.wandb.log_model=true`` Lightning's logger adds the best
-checkpoint as an artifact at the end of training (conf/logger/wandb.yaml says what it costs).
+checkpoint as an artifact at the end of training (conf/logger/wandb.yaml says what it costs). The
+W&B run's name, folder and id are the run's (`robustnlu.train.logger_options`: a sweep's job is
+named by its folder).
 """
 
 from __future__ import annotations

@@ -48,6 +48,9 @@ from robustnlu.precision import fp32
 
 #: ``trainer.on_nonfinite``: what a training batch with a NaN or infinite per-example loss does
 ON_NONFINITE = ("stop", "skip")
+#: evaluation results that are no curve, never logged: the split's example count and the worst
+#: cluster's id (results.json and the W&B summary's ``final`` keep them)
+NOT_CURVES = ("n", WORST_GROUP_ID)
 
 class SLUModule(pl.LightningModule):
     def __init__(
@@ -320,9 +323,7 @@ class SLUModule(pl.LightningModule):
     def _eval_epoch_end(self, split: str) -> None:
         metrics = self.metrics.compute()
         self.metrics.reset()
-        # a cluster id is no curve: results.json and the W&B summary keep it
-        headline = {f"{split}/{k}": v for k, v in metrics.items()
-                    if not k.startswith("group/") and k != WORST_GROUP_ID}
+        headline = {f"{split}/{k}": v for k, v in metrics.items() if not k.startswith("group/") and k not in NOT_CURVES}
         if split == "valid" and self.selection_rows:
             rows = torch.cat(self.selection_rows).cpu()
             rows = rows[rows[:, 0].argsort()]  # dataset order: the same example in the same column every time

@@ -20,9 +20,11 @@ an artifact of type ``report`` (``--wandb-artifact``, default study-report; the 
 group). Offline by default (``--wandb-mode offline``): when the runs logged into one W&B folder
 (a sweep's ``<sweep dir>/wandb/``) the report's runs go there too, so that ``wandb sync`` of that
 folder uploads runs and report together; otherwise under ``<out>/wandb/``; the ``wandb sync``
-command is printed. ``--wandb-mode online`` needs ``wandb login`` (without it: a one-line error,
-exit status 2, the report itself already written). The artifact holds the report files only,
-never a W&B folder.
+command is printed. A report run writes its own ``run-*`` folder only: the folder's links to its
+latest run (``latest-run``, ``debug.log``, ``debug-internal.log``, which every ``wandb.init``
+points at its own run) stay the training runs'. ``--wandb-mode online`` needs ``wandb login``
+(without it: a one-line error, exit status 2, the report itself already written). The artifact
+holds the report files only, never a W&B folder.
 
 Each of a method's models is tested against the ERM model of the same seed (utterances paired by
 uid); the decision rule and the family-wise error are described in
@@ -132,7 +134,8 @@ def log_to_wandb(out: Path, files: list[Path], runs: Sequence[Run], *, mode: str
         scenarios = {(s.dataset, s.drift, s.amount, s.validation) for s in (r.scenario for r in members)}
         names = [record["name"] for record in (r.dir.wandb_record() for r in members) if record]
         run = wandb.init(project=project, group=group, job_type="report", name=f"{group}-report",
-                         dir=str(folder), mode=mode, config={**config, **shared_axes(members), "runs": names})
+                         dir=str(folder), mode=mode, config={**config, **shared_axes(members), "runs": names},
+                         settings=wandb.Settings(symlink=False))  # the folder's latest-run links: module docstring
         try:
             folders.append(Path(run.dir).parent)  # <folder>/wandb/{offline-,}run-<time>-<id>
             artifact = wandb.Artifact(artifact_name, type="report",

@@ -187,20 +187,14 @@ def discard_last_checkpoint(out_dir: Path) -> None:
 
 def record_wandb_run(out_dir: Path, trainer) -> None:
     """``<run dir>/wandb.json``: the id, name and folder of the W&B run this run logs into (its
-    files may live outside the run directory: a sweep's runs share ``<sweep dir>/wandb/``).
-    Written by the rank-0 process when the run starts, with ``logger=wandb`` only."""
+    files may live outside the run directory: a sweep's runs share ``<sweep dir>/wandb/``), which
+    a resumed run continues (`robustnlu.train.logger_options`). Written by the rank-0 process when
+    the run starts, with ``logger=wandb`` only."""
     for lg in trainer.loggers:
         if isinstance(lg, WandbLogger) and trainer.is_global_zero:
             run = lg.experiment
             atomic_write_json(RunDir(out_dir).wandb_file,
                               {"id": run.id, "name": run.name, "dir": str(Path(run.dir).parent)})
-
-
-def wandb_run_id(out_dir: Path) -> str | None:
-    """The id of the W&B run this run logged into (`record_wandb_run`), so that a resumed run
-    logs into the same W&B run."""
-    record = RunDir(out_dir).wandb_record()
-    return record["id"] if record else None
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:

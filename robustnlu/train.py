@@ -62,7 +62,7 @@ from robustnlu.rundir import RunDir, status_record
 from robustnlu.rundir_claim import unclaim
 from robustnlu.scenario import Scenario
 from robustnlu.resume import (ResumableCSVLogger, ResumePoint, check_settings, discard_last_checkpoint, record_wandb_run,
-                              resume_point, wandb_run_id)
+                              resume_point)
 from robustnlu.seqdrift.pipeline import make_drift_split
 from robustnlu.seqdrift.shipped import SHIPPED_DIR
 from robustnlu.seqdrift.split import DriftSplit
@@ -98,24 +98,39 @@ def package_version(package: str) -> str:
         return robustnlu.__version__
 
 
-def wandb_save_dir(out_dir: Path) -> Path:
-    """Where W&B writes (into ``<dir>/wandb/``): a sweep's job into the sweep directory, so that
-    one folder holds every run of the sweep (``wandb leet <sweep dir>/wandb`` lists them side by
-    side, one ``wandb sync`` uploads them); a single run, or a run without Hydra, into its run
-    directory ``out_dir``. The sweep directory is ``out_dir`` less the job's ``hydra.sweep.subdir``."""
+def sweep_job_folder(out_dir: Path) -> Path | None:
+    """A sweep job's folder below its sweep directory: the last parts of its run directory
+    ``out_dir``, as many as ``hydra.sweep.subdir`` has (by default one,
+    ``<scenario>-<method>-seed<seed>-<job hash>``; a study's job: its name). None for a single
+    run or a run without Hydra."""
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
-        return out_dir
-    return out_dir.parents[len(Path(HydraConfig.get().sweep.subdir).parts) - 1]
+        return None
+    return Path(*out_dir.parts[-len(Path(HydraConfig.get().sweep.subdir).parts):])
+
+
+def wandb_save_dir(out_dir: Path) -> Path:
+    """Where W&B writes (into ``<dir>/wandb/``): a sweep's job into the sweep directory (its run
+    directory ``out_dir`` less `sweep_job_folder`), so that one folder holds every run of the
+    sweep (``wandb leet <sweep dir>/wandb`` lists them side by side, one ``wandb sync`` uploads
+    them); a single run, or a run without Hydra, into ``out_dir``."""
+    job = sweep_job_folder(out_dir)
+    return out_dir if job is None else out_dir.parents[len(job.parts) - 1]
 
 
 def logger_options(logger_cfg: DictConfig, out_dir: Path, resume: ResumePoint) -> dict[str, Any]:
     """A logger's arguments that the run decides. W&B: its folder (``save_dir: null``:
-    `wandb_save_dir`) and, for a resumed run, the W&B run to continue; the CSV log: the step a
-    resumed run continues from (`ResumableCSVLogger` keeps the rows before it)."""
+    `wandb_save_dir`); a sweep's job is named by its folder (`sweep_job_folder`: the job hash in
+    it tells apart jobs that differ in any setting, where ``logger.wandb.name`` names scenario,
+    method and seed only); a resumed run continues the W&B run recorded in ``wandb.json``, its
+    id and name. The CSV log: the step a resumed run continues from (`ResumableCSVLogger` keeps
+    the rows before it)."""
     if "Wandb" in logger_cfg._target_:
         options = {} if logger_cfg.get("save_dir") else {"save_dir": str(wandb_save_dir(out_dir))}
-        wandb_id = wandb_run_id(out_dir) if resume.checkpoint else None
-        return {**options, **({"id": wandb_id, "resume": "allow"} if wandb_id else {})}
+        job = sweep_job_folder(out_dir)
+        if job is not None:
+            options["name"] = str(job)
+        record = RunDir(out_dir).wandb_record() if resume.checkpoint else None
+        return {**options, **({"id": record["id"], "name": record["name"], "resume": "allow"} if record else {})}
     if logger_cfg._target_ == f"{ResumableCSVLogger.__module__}.{ResumableCSVLogger.__name__}":
         return {"resume_step": resume.global_step}
     return {}

@@ -169,8 +169,8 @@ def test_wandb_run_is_grouped_by_scenario_with_final_metrics_in_its_summary(samp
 
 def test_a_sweeps_runs_share_one_wandb_folder(sample, tmp_path):
     """`-m ... logger=wandb`: every job's W&B run (real offline files) lands in <sweep dir>/wandb/,
-    where `wandb leet` and `wandb sync` find them together, named by scenario, method and seed;
-    each job dir records its run in wandb.json and holds no W&B folder of its own."""
+    where `wandb leet` and `wandb sync` find them together, named as their folders; each job dir
+    records its run in wandb.json and holds no W&B folder of its own."""
     sweep = tmp_path / "sweep"
     proc = run_cli(["-m", *FAST, "trainer.max_epochs=1", *jsonl_overrides(sample), "logger=wandb", "seed=1,2",
                     f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
@@ -182,9 +182,9 @@ def test_a_sweeps_runs_share_one_wandb_folder(sample, tmp_path):
         (run,) = [r["run"] for r in read_wandb_records(next(folder.glob("*.wandb"))) if "run" in r]
         names.add(run["display_name"])
         assert folder.name.endswith(run["run_id"])
-    assert names == {"jsonl-erm-seed1", "jsonl-erm-seed2"}
     job_dirs = sorted(p.parent for p in sweep.glob("*/results.json"))
-    assert len(job_dirs) == 2
+    assert len(job_dirs) == 2 and names == {d.name for d in job_dirs}
+    assert {d.name.rsplit("-", 1)[0] for d in job_dirs} == {"jsonl-erm-seed1", "jsonl-erm-seed2"}
     recorded = {json.loads((d / "wandb.json").read_text())["dir"] for d in job_dirs}
     assert {Path(r).resolve() for r in recorded} == {f.resolve() for f in folders}
     assert not any((d / "wandb").exists() for d in job_dirs)

@@ -2,7 +2,8 @@
 the real offline run files with `wandb leet inspect`: one CLI sweep of 2 scenarios (slot context
 drift, i.i.d. and o.o.d. validation) × 2 methods (ERM, Group-DRO), 2 epochs of the tiny encoder
 with ``logger=wandb logger.wandb.log_model=true`` and secrets in the environment, then its report
-with ``--wandb``. ~3 min on 2 busy cores, for the whole module."""
+with ``--wandb``; and a sweep of two jobs that differ only in the batch size, killed in its first
+job and relaunched. ~4 min on 2 busy cores, for the whole module."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ import csv
 import hashlib
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,15 +24,20 @@ import torch
 import yaml
 from seqeval.metrics.sequence_labeling import get_entities
 
-from integration_helpers import FAST, SMALL_DRIFT, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from integration_helpers import (FAST, SMALL_DRIFT, cli_env, compose_config, jsonl_overrides, run_cli,
+                                 write_snips_sample_jsonl)
 from robustnlu.dashboard import error_rows
 from robustnlu.module import SLUModule
+from robustnlu.resume import ResumePoint
 from robustnlu.rundir import RunDir
+from robustnlu.train import logger_options
 from test_cli import read_wandb_records
 
 SECRETS = {"WANDB_API_KEY": "wandbsecret" + "0123456789abcdef0123456789abcdef01",
            "HF_TOKEN": "hf_secretTOKEN0123456789"}
 EPOCHS = 2
+#: the links wandb.init points at its run in the folder it writes into
+LATEST_LINKS = ("latest-run", "debug.log", "debug-internal.log")
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +52,7 @@ def study(tmp_path_factory):
                     "logger=wandb", "logger.wandb.log_model=true", "keep_last_checkpoint=true",
                     f"paths.cache_dir={root / 'cache'}", f"hydra.sweep.dir={sweep}"], cwd=root, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    links = {name: os.readlink(sweep / "wandb" / name) for name in LATEST_LINKS}
     report = root / "report"
     proc = run_cli([str(sweep), "--out", str(report), "--rounds", "50", "--wandb"], cwd=root,
                    module="robustnlu.report", env=env)
@@ -50,7 +62,8 @@ def study(tmp_path_factory):
         (run_file,) = folder.glob("*.wandb")
         records = read_wandb_records(run_file)
         runs[next(r["run"]["display_name"] for r in records if "run" in r)] = (folder, records)
-    return {"root": root, "sweep": sweep, "report": report, "runs": runs, "report_stdout": proc.stdout}
+    return {"root": root, "sweep": sweep, "report": report, "runs": runs, "report_stdout": proc.stdout,
+            "links_before_report": links}
 
 
 def jobs(study) -> list[RunDir]:
@@ -86,14 +99,27 @@ def logged_table(folder: Path, records, key: str) -> dict:
 
 
 def test_every_run_of_the_sweep_and_its_report_share_one_wandb_folder(study):
-    """4 training runs and one report run per scenario group, each a run file of its own."""
+    """4 training runs, named as their jobs' folders, and one report run per scenario group, each
+    a run file of its own."""
     assert len(jobs(study)) == 4
     assert sorted(study["runs"]) == sorted(
-        [f"jsonl-slot_context-full-{v}-{m}-seed0" for v in ("iid", "ood") for m in ("erm", "group_dro")]
-        + [f"jsonl-slot_context-full-{v}-report" for v in ("iid", "ood")])
+        [job.path.name for job in jobs(study)] + [f"jsonl-slot_context-full-{v}-report" for v in ("iid", "ood")])
+    assert sorted(job.path.name.rsplit("-", 1)[0] for job in jobs(study)) == sorted(
+        f"jsonl-slot_context-full-{v}-{m}-seed0" for v in ("iid", "ood") for m in ("erm", "group_dro"))
     for validation in ("iid", "ood"):  # the report prints how to upload its runs
         folder, _ = study["runs"][f"jsonl-slot_context-full-{validation}-report"]
         assert f"wandb sync {folder}" in study["report_stdout"]
+
+
+def test_the_report_leaves_the_folders_links_to_the_last_training_run(study):
+    """wandb.init points ``latest-run`` and the debug logs of the folder it writes into at its own
+    run; the report's runs, written after the sweep, leave them at the sweep's last job."""
+    folder = study["sweep"] / "wandb"
+    trained = {Path(job.wandb_record()["dir"]).name for job in jobs(study)}
+    assert Path(study["links_before_report"]["latest-run"]).name in trained
+    for name in LATEST_LINKS:
+        assert os.readlink(folder / name) == study["links_before_report"][name], name
+        assert (folder / name).resolve().is_relative_to((folder / study["links_before_report"]["latest-run"]).resolve())
 
 
 def test_the_config_holds_the_studys_axes_as_plain_keys(study):
@@ -127,6 +153,22 @@ def test_the_summary_holds_the_drop_and_the_worst_cluster_of_results_json(study)
         assert logged["test/worst_group_min10/combined"] == pytest.approx(min(big))
         assert logged["final"]["test"]["worst_group/combined_id"] == test["worst_group/combined_id"]
         assert not any(k.endswith("combined_id") for h in history(records) for k in h)  # no curve of an id
+
+
+def test_the_example_counts_are_in_the_summary_and_no_curve(study):
+    """A split's ``n`` is its number of utterances: the summary's ``final`` and results.json hold
+    it; neither the W&B history nor csv/metrics.csv logs it with every evaluation."""
+    for job in jobs(study):
+        _, records = record_of(study, job)
+        logged, results = summary(records), job.results()
+        for split in ("valid", "test"):
+            assert logged["final"][split]["n"] == results["metrics"][split]["n"] == len(job.predictions(split)) > 0
+        curves = {k for h in history(records) for k in h}
+        with open(job.metrics_csv, newline="") as handle:
+            columns = set(next(csv.reader(handle)))
+        for logged_keys in (curves, columns):
+            assert {"valid/combined", "test/combined"} <= logged_keys
+            assert not {"valid/n", "test/n"} & logged_keys
 
 
 def drift_clusters(study, job: RunDir) -> set[int]:
@@ -229,3 +271,77 @@ def test_no_secret_reaches_the_sweep_or_its_wandb_files(study):
         data = path.read_bytes()
         for value in SECRETS.values():
             assert value.encode() not in data, f"{value[:6]}… found in {path}"
+
+
+@pytest.fixture(scope="module")
+def killed_sweep(tmp_path_factory):
+    """A sweep of two ERM jobs that differ only in the batch size (16, then 64), SIGKILLed while
+    its first job trains, after a mid-epoch checkpoint; then `python -m robustnlu.sweep relaunch`
+    (the first job resumed, the second trained)."""
+    root = tmp_path_factory.mktemp("killed")
+    data = write_snips_sample_jsonl(root / "data")
+    env = {"WANDB_MODE": "offline", **{f"WANDB_{k}_DIR": str(root / "wandb-home" / k.lower()) for k in ("DATA", "CACHE", "CONFIG")}}
+    sweep = root / "sweep"
+    log = (root / "driver.log").open("w")
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "robustnlu", "-m", *FAST, *jsonl_overrides(data), "trainer.max_epochs=2",
+         "data.batch_size=16,64", "logger=wandb", "callbacks.last_checkpoint.every_n_train_steps=2",
+         f"hydra.sweep.dir={sweep}"], cwd=root, env=cli_env(**env), stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 300
+    while time.time() < deadline and driver.poll() is None:
+        if any(not (c.parents[1] / "results.json").exists() for c in sweep.glob("*/checkpoints/last.ckpt")):
+            driver.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    driver.wait(timeout=60)
+    assert driver.returncode == -signal.SIGKILL, (root / "driver.log").read_text()[-3000:]
+    killed = RunDir(next(p.parents[1] for p in sweep.glob("*/checkpoints/last.ckpt")))
+    killed_run = killed.wandb_record()
+    proc = run_cli(["relaunch", str(sweep)], cwd=root, module="robustnlu.sweep", env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"jobs": [RunDir(p.parent) for p in sorted(sweep.glob("*/results.json"))], "killed": killed,
+            "killed_run": killed_run, "folders": sorted((sweep / "wandb").glob("offline-run-*"))}
+
+
+def run_record(folder: Path) -> dict:
+    """The run record of a finished W&B run's file."""
+    return next(r["run"] for r in read_wandb_records(next(folder.glob("*.wandb"))) if "run" in r)
+
+
+def test_jobs_that_differ_in_a_hyper_parameter_only_have_their_folders_names(killed_sweep):
+    done = killed_sweep["jobs"]
+    assert sorted(j.results()["config"]["data"]["batch_size"] for j in done) == [16, 64]
+    names = {j.path.name for j in done}
+    assert len(names) == 2 and {n.rsplit("-", 1)[0] for n in names} == {"jsonl-erm-seed0"}  # told apart by the hash
+    assert killed_sweep["killed_run"]["name"] == killed_sweep["killed"].path.name  # as it was killed
+    for job in done:
+        record = job.wandb_record()
+        assert record["name"] == job.path.name == run_record(Path(record["dir"]))["display_name"]
+
+
+def test_a_relaunched_job_goes_on_in_its_wandb_run(killed_sweep):
+    """The killed job's W&B run (its id in wandb.json) in two run folders, the killed part and the
+    resumed one, under the job's name; the resumed part logs the final evaluation. (The killed
+    part's file may hold no record: W&B had not written them out when the process was killed.)"""
+    killed, before = killed_sweep["killed"], killed_sweep["killed_run"]
+    assert killed.results()["resumed_from"]["global_step"] > 0
+    after = killed.wandb_record()
+    parts = [f for f in killed_sweep["folders"] if f.name.endswith(f"-{before['id']}")]
+    assert len(parts) == 2 and len(killed_sweep["folders"]) == 3  # and the other job's
+    assert [Path(before["dir"]).name, Path(after["dir"]).name] == [p.name for p in parts]
+    resumed = run_record(parts[1])
+    assert after["id"] == resumed["run_id"] == before["id"]
+    assert after["name"] == resumed["display_name"] == killed.path.name
+    records = read_wandb_records(next(parts[1].glob("*.wandb")))
+    assert summary(records)["final"]["test"]["combined"] == pytest.approx(killed.results()["metrics"]["test"]["combined"])
+
+
+def test_a_resumed_run_keeps_its_wandb_runs_id_and_name(tmp_path):
+    """The W&B run a run continues is the one its wandb.json records, under the name it has there
+    (a sweep's job resumed as a single run would otherwise be renamed to the single run's name)."""
+    cfg = compose_config([*FAST, "logger=wandb"], tmp_path)
+    recorded = {"id": "k1ll3d00", "name": "jsonl-erm-seed0-0123abcd", "dir": str(tmp_path / "wandb" / "offline-run-x")}
+    (tmp_path / "wandb.json").write_text(json.dumps(recorded))
+    resumed = logger_options(cfg.logger.wandb, tmp_path, ResumePoint(checkpoint=tmp_path / "checkpoints" / "last.ckpt"))
+    assert resumed == {"save_dir": str(tmp_path), "id": "k1ll3d00", "name": "jsonl-erm-seed0-0123abcd", "resume": "allow"}
+    assert logger_options(cfg.logger.wandb, tmp_path, ResumePoint()) == {"save_dir": str(tmp_path)}  # a new W&B run

@@ -142,8 +142,9 @@ def test_a_users_method_trains_in_a_sweep_under_its_own_name(user, tmp_path):
     assert sorted(p.name.split("-seed")[0] for p in sweep.glob("*-seed*")) == ["mysnips-batch_cvar", "mysnips-erm"]
 
     runs = [next(r["run"] for r in read_wandb_records(f) if "run" in r) for f in sweep.glob("wandb/offline-run-*/*.wandb")]
-    assert sorted((r["job_type"], r["display_name"]) for r in runs) == [
+    assert sorted((r["job_type"], r["display_name"].rsplit("-", 1)[0]) for r in runs) == [
         ("batch_cvar", "mysnips-batch_cvar-seed0"), ("erm", "mysnips-erm-seed0")]
+    assert {r["display_name"] for r in runs} == {p.name for p in sweep.glob("*-seed*")}  # named as their folders
     assert "method=batch_cvar" in next(r["tags"] for r in runs if r["job_type"] == "batch_cvar")
 
     report = user.run(str(sweep), "--out", str(tmp_path / "report"), "--rounds", "50", module="robustnlu.report")
