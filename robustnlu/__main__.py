@@ -22,11 +22,16 @@ def optimized_value(results: Mapping[str, Any], optimized_metric: str) -> float:
     return scores[metric]
 
 
+def train(cfg: DictConfig) -> float:
+    """Train the checked ``cfg``; its `optimized_value`."""
+    from robustnlu.train import run  # imported once the config is checked: `--help` and config errors stay fast
+
+    return optimized_value(run(cfg), cfg.optimized_metric)
+
+
 @hydra_app("config")
 def main(cfg: DictConfig) -> float:
-    from robustnlu.train import run  # imported here so `--help` and config errors stay fast
-
-    return run_or_exit(lambda c: optimized_value(run(c), c.optimized_metric), cfg)
+    return run_or_exit(train, cfg)
 
 
 if __name__ == "__main__":

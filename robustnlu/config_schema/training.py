@@ -64,7 +64,7 @@ def trainer() -> Node:
         "log_every_n_steps": integer(AT_LEAST_1), "deterministic": AnyOf((flag(), choice("warn")), "must be true, false or warn"),
         "enable_model_summary": flag(), "enable_progress_bar": flag(), "use_distributed_sampler": flag(),
         "strategy": Anything(), "num_nodes": integer(AT_LEAST_1), "on_nonfinite": choice("stop", "skip"),
-    }, optional=frozenset({"strategy", "num_nodes", "on_nonfinite"}), extra=arguments_of("pytorch_lightning.Trainer"))
+    }, optional=frozenset({"strategy", "num_nodes", "on_nonfinite"}), extra=lambda: arguments_of("pytorch_lightning.Trainer"))
 
 
 def callbacks() -> MapOf:

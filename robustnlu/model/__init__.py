@@ -1,6 +1,11 @@
-"""Models: swappable encoders and the JointBERT heads."""
+"""Models: swappable encoders and the JointBERT heads.
 
-from robustnlu.model.encoders import build_encoder, load_tokenizer
-from robustnlu.model.jointbert import JointBERT, JointBERTOutput, TaskLosses
+- `encoders`: the encoder named by ``encoder=`` (embedded MiniLM, a Hugging Face model, the tiny
+  random BERT) and its tokenizer (`build_encoder`, `load_tokenizer`);
+- `jointbert`: `JointBERT` (intent and slot heads on the encoder), its output and the per-example
+  `TaskLosses` every objective reads;
+- `crf`: the linear-chain CRF slot head; `spec`: what an objective may know of the model (`ModelSpec`).
 
-__all__ = ["JointBERT", "JointBERTOutput", "TaskLosses", "build_encoder", "load_tokenizer"]
+Nothing is imported here: an objective's module imports `jointbert` (torch) without loading
+transformers, so a config check that reads the objectives' declarations stays fast.
+"""
