@@ -64,9 +64,12 @@ reproduce: install
 reproduction-report: install
 	$(PY) -m robustnlu.reproduce report
 
-# The default suite (fast); `make test-slow` adds the slow tests (and the wheel's).
+# The default suite (fast); `make test-slow` adds the slow tests (and the wheel's). Test files run
+# in TEST_WORKERS processes at once (pytest-xdist; a file's tests stay in one process: its
+# module fixtures, the one Slurm), each with its share of the cores (tests/conftest.py).
+TEST_WORKERS ?= auto
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The package as a user installs it: sdist, wheel, a fresh venv, commands run outside the checkout
 # (tests/test_wheel.py; about a minute). CI runs it after `make test`.
@@ -74,7 +77,7 @@ test-wheel: install
 	$(PY) -m pytest -m wheel
 
 test-slow: install
-	$(PY) -m pytest -m "not gpu"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not gpu"
 
 test-gpu: install
 	$(PY) -m pytest -m gpu

@@ -8,6 +8,12 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    # one of several test processes (make test: pytest-xdist): its share of the cores, for torch
+    # here and in the CLI runs it starts (their environment is this one); without it every
+    # process's torch would use all cores and the machine would thrash
+    os.environ.setdefault("OMP_NUM_THREADS",
+                          str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 TINY_ENCODER = {"kind": "tiny", "hidden_size": 32, "num_layers": 2, "num_heads": 2,
                 "intermediate_size": 64, "max_position_embeddings": 128}
