@@ -265,12 +265,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     try:
         write_status(out_dir, "running", resumed_from=resume.record())
         results = train_and_record(cfg, parts, out_dir, started, resume, overridden)
-    except OSError as err:
-        if err.errno not in WRITE_ERRNOS:
-            write_status(out_dir, "failed", error=f"{type(err).__name__}: {err}")
-            raise
-        raise write_failure(err, out_dir) from None
-    except BaseException as err:  # SystemExit / KeyboardInterrupt: a signal (a Slurm requeue, Ctrl-C)
+    except BaseException as err:
+        if isinstance(err, OSError) and err.errno in WRITE_ERRNOS:  # a full disk, a folder not writable
+            raise write_failure(err, out_dir) from None
+        # SystemExit / KeyboardInterrupt: a signal (a Slurm requeue, Ctrl-C)
         state = "interrupted" if isinstance(err, (SystemExit, KeyboardInterrupt)) else "failed"
         write_status(out_dir, state, error=f"{type(err).__name__}: {err}")
         raise
