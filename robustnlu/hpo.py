@@ -31,22 +31,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hydra.experimental.callback import Callback
-
 from robustnlu.cli import compose_run_config, run_multirun
 from robustnlu.errors import CommandLineParser, ConfigError, RobustNLUError, entry_point
 from robustnlu.extras import require
-
-
-class MakeDirs(Callback):
-    """Hydra callback (conf/hparams_search/optuna.yaml): create ``path`` when a multirun starts, so
-    the sqlite storage of the Optuna study can be opened in a fresh checkout."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        Path(self.path).mkdir(parents=True, exist_ok=True)
 
 
 # ---------------------------------------------------------------------------- the study

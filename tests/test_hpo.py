@@ -9,7 +9,12 @@ import json
 import optuna
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra_plugins.robustnlu_plugins.optuna_sweeper import nothing_to_search, search_space, sweep_overrides
+from hydra_plugins.robustnlu_plugins.optuna_sweeper import (
+    make_sqlite_folder,
+    nothing_to_search,
+    search_space,
+    sweep_overrides,
+)
 from omegaconf import OmegaConf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
@@ -47,7 +52,6 @@ def test_search_config_composes_with_each_method_and_its_params_parse(method):
     assert {k: space[k] for k in LAMBDA_GAMMA} == LAMBDA_GAMMA
     for key in space:  # every searched key is a key of the composed training config
         assert OmegaConf.select(cfg, key, default="<missing>") != "<missing>", key
-    assert cfg.hydra.callbacks.hpo_dir.path == "outputs/hpo"
 
 
 def test_method_specific_search_spaces_are_table_9():
@@ -111,13 +115,14 @@ def test_search_space_syntax_of_the_sweeper():
 
 
 def test_a_bad_sweeper_setting_is_one_error_line(tmp_path):
-    """~5 s: checked before the study is created or a trial runs."""
+    """~5 s: checked before the study is created or a trial runs: nothing is made, not even the
+    storage's folder."""
     proc = run_cli(["-m", "hparams_search=optuna", "method=erm", "hydra.sweeper.direction=up",
                     f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: hydra.sweeper.direction must be one of ('maximize', 'minimize'), got 'up'")
-    assert not (tmp_path / "hpo" / "optuna.db").exists() and not (tmp_path / "sweep").exists()
+    assert not (tmp_path / "hpo").exists() and not (tmp_path / "sweep").exists()
 
 
 def test_a_search_with_nothing_left_to_search_is_one_error_line(tmp_path):
@@ -129,7 +134,17 @@ def test_a_search_with_nothing_left_to_search_is_one_error_line(tmp_path):
     assert [line for line in proc.stderr.splitlines() if line.strip()] == [
         "error: hydra.sweeper.params: nothing to search: method declares no search space; "
         "the command line fixes optimizer.lr, model.intent_loss_scale"]
-    assert not (tmp_path / "hpo" / "optuna.db").exists() and not (tmp_path / "sweep").exists()
+    assert not (tmp_path / "hpo").exists() and not (tmp_path / "sweep").exists()
+
+
+def test_the_folder_of_a_sqlite_storage_is_made_and_no_other(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    make_sqlite_folder(f"sqlite:///{tmp_path}/a/b/optuna.db")  # absolute
+    make_sqlite_folder("sqlite:///rel/hpo/optuna.db")  # relative to the current folder
+    make_sqlite_folder("sqlite:///:memory:")
+    make_sqlite_folder("postgresql://user@host/not_a_folder")
+    make_sqlite_folder(None)  # Optuna's in-memory storage
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["a", "a/b", "rel", "rel/hpo"]
 
 
 def test_what_leaves_a_search_empty_is_named():

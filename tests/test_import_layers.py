@@ -10,9 +10,9 @@ matches it, its own or a package's):
    conf/ and data/ into the wheel with it), which imports nothing of robustnlu's;
 2. the plumbing every layer may use: file writing (io), optional extras, numeric precision,
    the hardware a run trains on, checkpoint files, the repository's paths, run directories
-   (rundir), the scenario value, the table writer, a sweep job's identity (sweep_jobs), what a
-   config value may be (config_spec) and the hyper-parameters classes declare in its terms
-   (hparams);
+   (rundir), the scenario value, the table writer, the figure renderer (plotting), a sweep job's
+   identity (sweep_jobs), what a config value may be (config_spec) and the hyper-parameters
+   classes declare in its terms (hparams);
 3. data (utterances, readers, the data module) and metrics;
 4. what is computed from data alone: the model's networks, SeqDrift splits, noise transforms,
    model selection criteria, and the efficiency protocol's corpus step and curve fit;
@@ -53,7 +53,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "robustnlu"
 LAYERS: list[list[str]] = [
     ["errors", "_build"],
     ["io", "extras", "precision", "hardware", "checkpoint", "paths", "rundir", "runlock", "scenario", "tables",
-     "sweep_jobs", "config_spec", "hparams"],
+     "plotting", "sweep_jobs", "config_spec", "hparams"],
     ["data", "metrics"],
     ["model", "seqdrift", "noise", "selection", "efficiency"],  # efficiency: subsets, curve (the rest above)
     ["groups", "adversary", "optim", "distributed"],

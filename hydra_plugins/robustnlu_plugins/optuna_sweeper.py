@@ -12,7 +12,8 @@ sampler proposes, Hydra's launcher (basic, or submitit: Slurm / local processes)
   (``stop`` excluded, as in Hydra); not ``glob``. Plain overrides are
   passed to every trial; a plain override of a searched key fixes it (it leaves the space). A
   space with no key left is a user error (`nothing_to_search`): n_trials runs of one setting.
-- ``direction``, ``study_name``, ``storage`` (``load_if_exists``: a rerun adds trials), ``n_trials``,
+- ``direction``, ``study_name``, ``storage`` (``load_if_exists``: a rerun adds trials; a SQLite
+  file's folder is made once the settings are checked, `make_sqlite_folder`), ``n_trials``,
   ``n_jobs``, ``max_failure_rate`` (checked per batch: more failed trials of a batch than this
   share re-raises the first failure and ends the sweep), ``sampler`` (instantiated by Hydra).
 - A trial whose job fails is told as FAIL (``Failed experiment: <error>`` is logged, with the
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -109,6 +111,17 @@ def nothing_to_search(params: Mapping[str, Any], fixed: Mapping[str, str]) -> st
     return f"hydra.sweeper.params: nothing to search: {'; '.join(reasons) or 'no sweep given'}"
 
 
+def make_sqlite_folder(storage: str | None) -> None:
+    """The folder of a SQLite ``storage``'s file (``sqlite:///outputs/hpo/optuna.db``: outputs/hpo),
+    which SQLite does not make. Made when the study is first opened, after the settings are
+    checked, so that a refused command leaves no folder behind."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(storage) if storage else None
+    if url is not None and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+
+
 class OptunaSweeper(Sweeper):
     """See the module docstring; the arguments are conf/hydra/sweeper/optuna.yaml's keys."""
 
@@ -151,6 +164,7 @@ class OptunaSweeper(Sweeper):
                 raise ConfigError(nothing_to_search(self.params, fixed))
         except ConfigError as err:
             exit_with_error(err)
+        make_sqlite_folder(self.storage)
         study = optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=self.sampler,
                                     direction=self.direction, load_if_exists=True)
         log.info(f"Study name: {study.study_name}")

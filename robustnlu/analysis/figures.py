@@ -1,10 +1,8 @@
 """The reports' figures, each a matplotlib `Figure` (no pyplot state): the study's Figure 1a
-(`plot_drop`) and Figures 1b, 1c and 2 (`plot_counts`); `png` renders one as PNG, the same bytes
-each time."""
+(`plot_drop`) and Figures 1b, 1c and 2 (`plot_counts`); `robustnlu.plotting.png` renders one."""
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -12,18 +10,6 @@ from typing import Any
 from robustnlu.analysis.runs import method_order
 from robustnlu.analysis.statistics import MethodStats
 from robustnlu.metrics.registry import drop_key
-
-
-def png(fig) -> bytes:
-    """``fig`` as PNG (Agg canvas), to write with the report's other files
-    (`robustnlu.io.atomic_write_files`); no metadata (no matplotlib version), so the same figure
-    gives the same bytes."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
-    return buffer.getvalue()
 
 
 def plot_drop(stats: Sequence[MethodStats]):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from robustnlu.analysis.figures import plot_counts, plot_drop, png
+from robustnlu.analysis.figures import plot_counts, plot_drop
 from robustnlu.analysis.runs import (
     BASELINE,
     Incomplete,
@@ -38,6 +38,7 @@ from robustnlu.analysis.statistics import (
 from robustnlu.analysis.study_tables import counts_table, relative_change_table, scenario_table
 from robustnlu.io import atomic_write_files
 from robustnlu.metrics.registry import MIN_CLUSTER_SIZE
+from robustnlu.plotting import png
 
 
 @dataclass

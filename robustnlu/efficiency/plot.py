@@ -14,13 +14,13 @@ Figures are built on a `matplotlib.figure.Figure` with the Agg canvas (no pyplot
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from robustnlu.efficiency.curve import PERCENT_FOR_METRIC, UNREACHABLE, CurveData
+from robustnlu.plotting import png
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 QUERY_COLOR = "red"
@@ -97,11 +97,5 @@ def efficiency_figure(curves: Sequence[CurveData], metric_label: str = "exact ma
 
 def efficiency_png(curves: Sequence[CurveData], metric_label: str = "exact match (%)",
                    title: str | None = None) -> bytes:
-    """``curves`` drawn into one overlay (`efficiency_figure`), as PNG."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    fig = efficiency_figure(curves, metric_label, title)
-    FigureCanvasAgg(fig)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    return buffer.getvalue()
+    """``curves`` drawn into one overlay (`efficiency_figure`), as PNG (`robustnlu.plotting.png`)."""
+    return png(efficiency_figure(curves, metric_label, title), dpi=110)

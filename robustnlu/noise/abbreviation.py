@@ -34,12 +34,15 @@ import random
 from pathlib import Path
 
 from robustnlu.data.bio import tag_type
+from robustnlu.data.readers.common import read_lines
 from robustnlu.data.utterance import Utterance
 from robustnlu.errors import ConfigError, DataError
+from robustnlu.io import data_file
 from robustnlu.noise.base import NoiseTransform, is_target, replace_tokens
 
 DEFAULT_KB = Path(__file__).parent / "resources" / "abbreviations.tsv"
-"""The shipped knowledge base (written for robustnlu)."""
+"""The shipped knowledge base (written for robustnlu), named uncompressed: `load_abbreviations`
+also finds ``abbreviations.tsv.xz`` or ``.gz``."""
 
 HOMOPHONES = {
     "to": "2", "too": "2", "two": "2",
@@ -53,14 +56,17 @@ VOWELS = frozenset("aeiouAEIOU")
 
 
 def load_abbreviations(path: str | Path) -> dict[tuple[str, ...], str]:
-    """The knowledge base in ``path``: lower-cased phrase tokens → abbreviation. Skips blank lines
-    and lines starting with ``#``; raises DataError on a line without exactly two tab-separated
-    fields, an empty field, an abbreviation with whitespace or a repeated phrase."""
+    """The knowledge base in ``path`` (or its compressed copy, `robustnlu.io.data_file`, read as
+    every data file is: `read_lines`): lower-cased phrase tokens → abbreviation. Skips blank lines
+    and lines starting with ``#``. ConfigError naming ``noise.kb_file`` when the file is missing,
+    unreadable, corrupt, not UTF-8 or empty; DataError on a line without exactly two
+    tab-separated fields, an empty field, an abbreviation with whitespace or a repeated phrase."""
     kb: dict[tuple[str, ...], str] = {}
+    path = data_file(path)
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as err:
-        raise ConfigError(f"noise.kb_file: cannot read {path}: {err}") from err
+        lines = read_lines(path)
+    except DataError as err:
+        raise ConfigError(f"noise.kb_file: {err}") from None
     for n, line in enumerate(lines, 1):
         if not line.strip() or line.startswith("#"):
             continue

@@ -4,13 +4,15 @@ base, the three rules, their order, case and slot boundaries."""
 from __future__ import annotations
 
 import functools
+import lzma
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from robustnlu.errors import DataError
+from robustnlu.errors import ConfigError, DataError
+from robustnlu.io import data_file, read_data
 from robustnlu.data.bio import slot_spans
 from robustnlu.noise.abbreviation import DEFAULT_KB, HOMOPHONES, Abbreviation, drop_vowels, load_abbreviations
 from robustnlu.noise.base import TARGET_TOKENS
@@ -45,9 +47,10 @@ def test_noise_properties(target_tokens, u, seed, rate):
 
 
 def test_shipped_list_loads_and_is_well_formed():
-    lines = [line for line in DEFAULT_KB.read_text(encoding="utf-8").splitlines() if line and not line.startswith("#")]
+    text = read_data(data_file(DEFAULT_KB)).decode("utf-8")
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert 150 <= len(lines) <= 260
-    assert "robustnlu" in DEFAULT_KB.read_text(encoding="utf-8").splitlines()[0]  # header comment
+    assert "robustnlu" in text.splitlines()[0]  # header comment
     phrases = []
     for line in lines:
         fields = line.split("\t")
@@ -71,6 +74,26 @@ def test_shipped_list_loads_and_is_well_formed():
     ("information", "info")])
 def test_shipped_list_has_the_common_ones(phrase, abbreviation):
     assert load_abbreviations(DEFAULT_KB)[tuple(phrase.split())] == abbreviation
+
+
+def test_a_compressed_list_is_read_by_its_uncompressed_name(tmp_path, small_kb):
+    """Read as every data file is (`robustnlu.io.data_file`): ``kb.tsv`` names ``kb.tsv.xz`` when
+    only that exists, and the line numbers of an error count its decompressed lines."""
+    packed = tmp_path / "packed" / "kb.tsv"
+    packed.parent.mkdir()
+    packed.with_name("kb.tsv.xz").write_bytes(lzma.compress(small_kb.read_bytes()))
+    assert load_abbreviations(packed) == load_abbreviations(small_kb)
+    packed.with_name("kb.tsv.xz").write_bytes(lzma.compress(b"# list\nplease\tpls\textra\n"))
+    with pytest.raises(DataError, match=r"kb\.tsv\.xz:2: expected"):
+        load_abbreviations(packed)
+
+
+def test_an_unreadable_list_is_a_config_error_naming_the_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"^noise\.kb_file: .*missing\.tsv: file not found$"):
+        Abbreviation(kb_file=tmp_path / "missing.tsv")
+    (tmp_path / "latin1.tsv").write_bytes("caf\xe9\tcf\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"^noise\.kb_file: .*latin1\.tsv:1: not valid UTF-8"):
+        load_abbreviations(tmp_path / "latin1.tsv")
 
 
 def test_malformed_lists_are_rejected(tmp_path):

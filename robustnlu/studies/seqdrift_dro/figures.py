@@ -1,6 +1,6 @@
 """The reproduction report's figures, each a matplotlib `Figure` (no pyplot state): Figure 1a
 beside the paper's (`plot_table10`), Figure 2 beside the paper's (`plot_significance`) and ERM's
-valid curves (`plot_valid_curves`); `robustnlu.analysis.figures.png` renders them."""
+valid curves (`plot_valid_curves`); `robustnlu.plotting.png` renders them."""
 
 from __future__ import annotations
 

@@ -47,7 +47,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from robustnlu.analysis.figures import png
 from robustnlu.analysis.runs import BASELINE, Run, group_runs
 from robustnlu.analysis.statistics import (
     Comparison,
@@ -59,6 +58,7 @@ from robustnlu.analysis.statistics import (
 from robustnlu.analysis.study_tables import relative_change_table, scenario_table
 from robustnlu.io import atomic_write_files, check_outputs
 from robustnlu.metrics.registry import MIN_CLUSTER_SIZE
+from robustnlu.plotting import png
 from robustnlu.studies.seqdrift_dro import paper_results as paper
 from robustnlu.studies.seqdrift_dro.figures import plot_significance, plot_table10, plot_valid_curves
 from robustnlu.studies.seqdrift_dro.records import Design, Records, read_records
