@@ -4,8 +4,9 @@ mapping of keys (`Node`), a node chosen by one of its keys (`Variants`), objects
 instantiates (`instance`, `by_target`), and the ranges the config groups share. A bad value is a
 `ConfigError` with one line ``<key>: <problem> (got <value>)``.
 
-Plumbing, below the classes a config instantiates: they declare their hyper-parameters in this
-language (`robustnlu.hparams`), and the schema reads those declarations. Imports nothing of
+Plumbing, below the code whose settings it describes: the classes a config instantiates declare
+their hyper-parameters in this language (`robustnlu.hparams`), SeqDrift its settings
+(`robustnlu.seqdrift.config`), and the schema reads those declarations. Imports nothing of
 robustnlu but the errors."""
 
 from __future__ import annotations

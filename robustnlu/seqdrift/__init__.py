@@ -5,7 +5,8 @@ Clusters of utterances with similar slot values (``slot_value``) or slot context
 the validation split) while the label distribution is kept close to the training one.
 
 - `robustnlu.seqdrift.config`: `SplitConfig`, every ``drift``/``validation`` setting declared
-  once (type, allowed values, default, doc), read by the config schema too;
+  once (its spec in `robustnlu.config_spec`'s language, default, doc), read by the config
+  schema too;
 - `robustnlu.seqdrift.filtering`: rare intents and slot types, the labels of an utterance;
 - `robustnlu.seqdrift.split`: the split itself (pure; takes cluster ids), `DriftSplit`;
 - `robustnlu.seqdrift.features` / `robustnlu.seqdrift.cluster`: n-gram features, spectral

@@ -12,8 +12,9 @@ import yaml
 from integration_helpers import CONF
 from robustnlu.cli import compose_run_config
 from robustnlu.config_schema import schema
+from robustnlu.config_spec import show
 from robustnlu.errors import ConfigError
-from robustnlu.seqdrift.config import SETTINGS, SplitConfig, shown
+from robustnlu.seqdrift.config import SETTINGS, SplitConfig
 
 
 def yaml_values(path) -> dict:
@@ -67,7 +68,7 @@ BAD = [
 
 @pytest.mark.parametrize(("drift", "validation", "message"), BAD)
 def test_the_python_api_and_the_config_schema_give_the_same_line(drift, validation, message):
-    overrides = [f"drift.{k}={shown(v)}" for k, v in drift.items()] + [f"validation.{k}={shown(v)}" for k, v in validation.items()]
+    overrides = [f"drift.{k}={show(v)}" for k, v in drift.items()] + [f"validation.{k}={show(v)}" for k, v in validation.items()]
     with pytest.raises(ConfigError) as checked:  # what python -m robustnlu checks before a run
         compose_run_config(["drift=slot_context", "validation=iid", *overrides])
     with pytest.raises(ConfigError) as api:
