@@ -2,9 +2,10 @@
 SeqDrift drift kind, full or partial drift, and i.i.d. or o.o.d. validation (2 × 2 × 2 = 8
 scenarios per dataset), or the dataset's own split when there is no drift.
 
-Its `name` names run directories (conf/hydra/default.yaml), W&B groups (conf/logger/wandb.yaml)
-and HPO studies (conf/hparams_search/optuna.yaml) through the ``${scenario_name:...}`` resolver,
-which config.yaml's ``scenario`` key calls; train.py stores the value in results.json
+Its `name` names run directories (conf/hydra/default.yaml; a SeqDrift sweep's job folders:
+conf/seqdrift.yaml), W&B groups (conf/logger/wandb.yaml) and HPO studies
+(conf/hparams_search/optuna.yaml) through the ``${scenario_name:...}`` resolver, which
+config.yaml's ``scenario`` key calls; train.py stores the value in results.json
 (``scenario``), and the reports read it back with `Scenario.of_results`.
 
     snips-slot_context-full-iid     SNIPS, slot context drift, full, i.i.d. validation

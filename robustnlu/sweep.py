@@ -1,5 +1,6 @@
 """``python -m robustnlu.sweep status|relaunch SWEEP_DIR``: what became of each job of a training
-sweep (``python -m robustnlu -m ...``), and running again only what has not finished.
+sweep (``python -m robustnlu -m ...``), and running again only what has not finished; ``status``
+also for a SeqDrift sweep (``python -m robustnlu.seqdrift -m ...``).
 
 ``status`` lists the sweep's jobs — the job list Hydra's basic sweeper made from the sweep's
 overrides (its ``multirun.yaml``, `robustnlu.sweep_jobs.Sweep.jobs`), so that a job that never
@@ -15,18 +16,29 @@ other jobs:
   signal ended it; ``resume=true`` continues it from its ``last.ckpt``;
 - ``missing``: no folder holds it (never started, or the sweep was ended before it).
 
+The efficiency protocol's sweeps are training sweeps: ``<sweep dir>``, or with ``--mode adapt``
+``<sweep dir>/source`` and ``<sweep dir>/adapt/seed<N>`` (`robustnlu.efficiency.__main__`). A
+SeqDrift job computes a split and writes it into its folder (`seqdrift_job_state`): ``finished``
+once its last file, the statistics table, is there; ``failed`` and ``missing`` as above. It takes
+no lock, so a job that runs and one whose process is gone look alike: ``running``, with a note
+that says so. Sweeps of the other apps (evaluate, noise: their jobs record neither their
+overrides nor a state in their folders) are refused.
+
 A job's folder is found by the job's identity (the hash of its recorded task overrides,
 `robustnlu.sweep_jobs.job_hash`), not by the folder's name. Folders of jobs that are not in the
 list (an earlier launch with other values into the same folder) are listed after it.
 
-``relaunch`` runs the jobs that are failed, interrupted or missing — not the finished ones, not
-those running — with the sweep's own launcher and settings (its ``hydra.*`` overrides: launcher,
-partition, ...), each with its own overrides plus ``resume=true``, into the same sweep directory
-and folders. It writes the list to ``<sweep dir>/.relaunch/<time>.json``, prints the command and
-runs it (``--dry-run``: prints only): ``python -m robustnlu -m hydra/sweeper=joblist ...``
+``relaunch`` runs the jobs of a training sweep that are failed, interrupted or missing — not the
+finished ones, not those running — with the sweep's own launcher and settings (its ``hydra.*``
+overrides: launcher, partition, ``hydra.sweep.subdir``, ...), each with its own overrides plus
+``resume=true``, into the same sweep directory and folders. It writes the list to
+``<sweep dir>/.relaunch/<time>.json``, prints the command and runs it (``--dry-run``: prints only):
+``python -m robustnlu -m hydra/sweeper=joblist ...``
 (hydra_plugins/robustnlu_plugins/job_list_sweeper.py). To add values to a sweep instead, launch it
 again with them and ``resume=true`` (``seed=0,1`` then ``seed=0,1,2``): its finished jobs return
-their stored results from their folders.
+their stored results from their folders. A SeqDrift sweep is not relaunched: its command run again
+into its sweep directory (``hydra.sweep.dir=<it>``) writes each job into its own folder again, the
+splits already made taken from the cache.
 """
 
 from __future__ import annotations
@@ -50,6 +62,7 @@ from robustnlu.errors import CommandLineParser, ConfigError, DataError, entry_po
 from robustnlu.io import atomic_write_json, pid_alive
 from robustnlu.rundir import RunDir
 from robustnlu.runlock import holder
+from robustnlu.seqdrift.artifact import STATS_TABLE_FILE
 from robustnlu.sweep_jobs import Sweep, job_hash, override_key, parse_overrides, read_sweep, under
 
 STATES = ("finished", "failed", "running", "interrupted", "missing")
@@ -58,10 +71,14 @@ UNFINISHED = ("failed", "interrupted", "missing")
 #: Slurm job states (``squeue -o %T``) of a job that has not ended
 SLURM_ALIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
                          "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT"})
+#: what the state of a job in its folder is read as: (state, error line, note)
+JobState = tuple[str, str | None, str | None]
 #: the folder of the job lists that relaunch writes
 RELAUNCH_DIR = ".relaunch"
 #: the training app's config (``python -m robustnlu``): the sweeps relaunch knows how to run
 TRAINING_CONFIG = "config"
+#: the SeqDrift app's config (``python -m robustnlu.seqdrift``)
+SEQDRIFT_CONFIG = "seqdrift"
 
 
 @dataclass
@@ -103,12 +120,23 @@ def alive(record: dict[str, Any]) -> bool | None:
     return None
 
 
-def job_state(run: RunDir) -> tuple[str, str | None, str | None]:
-    """(state, error line, note) of the job in ``run`` (see the module docstring)."""
+def read_status(run: RunDir) -> dict[str, Any]:
+    """``status.json`` of ``run``, {} where there is none, state ``unreadable`` where it cannot be read."""
     try:
-        status = run.status() or {}
+        return run.status() or {}
     except DataError as err:
-        status = {"state": "unreadable", "error": str(err)}
+        return {"state": "unreadable", "error": str(err)}
+
+
+def failed_state(run: RunDir, status: dict[str, Any]) -> JobState:
+    """A failed job's state, error line and where its traceback is, if it left one."""
+    shown = status.get("traceback") and run.traceback_file.is_file()
+    return "failed", status.get("error"), (f"traceback: {run.traceback_file}" if shown else None)
+
+
+def job_state(run: RunDir) -> JobState:
+    """(state, error line, note) of the training job in ``run`` (see the module docstring)."""
+    status = read_status(run)
     state = status.get("state")
     if run.finished() and state in (None, "finished"):
         return "finished", None, None
@@ -120,14 +148,31 @@ def job_state(run: RunDir) -> tuple[str, str | None, str | None]:
         return "running", None, f"on {lock.get('host', '?')}: not checked from here"
     error = status.get("error")
     if state == "failed":
-        shown = status.get("traceback") and run.traceback_file.is_file()
-        return "failed", error, (f"traceback: {run.traceback_file}" if shown else None)
+        return failed_state(run, status)
     if state == "interrupted":
         return "interrupted", error, None
     if state == "unreadable":
         return "interrupted", error, "status.json unreadable"
     return "interrupted", None, ("its process is gone" if state == "running"
                                  else "started, its process is gone before status.json")
+
+
+def seqdrift_job_state(run: RunDir) -> JobState:
+    """(state, error line, note) of the SeqDrift job in ``run``: finished once it wrote its
+    statistics table (its last file; a later launch of the same job that failed leaves the split
+    there), failed where the status.json a failed launch leaves says so
+    (`robustnlu.cli.record_failed_job`; the app writes none itself), otherwise not known."""
+    if (run.path / STATS_TABLE_FILE).is_file():
+        return "finished", None, None
+    status = read_status(run)
+    if status.get("state") == "failed":
+        return failed_state(run, status)
+    return "running", None, "not known: a seqdrift job takes no lock, so it runs or its process is gone"
+
+
+#: how a job's state is read from its folder, by app (its config's name, multirun.yaml's
+#: ``hydra.job.config_name``): the sweeps status knows
+JOB_STATES = {TRAINING_CONFIG: job_state, SEQDRIFT_CONFIG: seqdrift_job_state}
 
 
 def job_folders(path: Path) -> dict[str, list[RunDir]]:
@@ -144,19 +189,26 @@ def job_folders(path: Path) -> dict[str, list[RunDir]]:
     return found
 
 
-def preferred(runs: list[RunDir]) -> RunDir:
-    """Of several folders of one job (a folder renamed, an old naming scheme): a finished one, else
-    the one changed last."""
-    return max(runs, key=lambda r: (r.finished(), r.path.stat().st_mtime))
+def preferred(states: dict[RunDir, JobState]) -> RunDir:
+    """Of several folders of one job (a folder renamed, an old naming scheme), by their states: a
+    finished one, else the one changed last."""
+    return max(states, key=lambda r: (states[r][0] == "finished", r.path.stat().st_mtime))
 
 
 def sweep_status(path: Path) -> tuple[Sweep | None, list[Job]]:
     """The sweep in ``path`` and its jobs: the job list's in order, then the folders of jobs it does
     not hold (``listed=False``). Without a job list (no multirun.yaml, or a sweeper that makes its
-    jobs as it goes: an Optuna search) the folders found, as not listed."""
+    jobs as it goes: an Optuna search) the folders found, as not listed; without multirun.yaml
+    they are taken for a training sweep's. `ConfigError` for a sweep of an app whose jobs it
+    cannot read (`JOB_STATES`)."""
     if not path.is_dir():
         raise ConfigError(f"{path}: no such sweep directory")
     sweep = read_sweep(path)
+    app = sweep.config_name if sweep is not None else TRAINING_CONFIG
+    if app not in JOB_STATES:
+        raise ConfigError(f"{path}: a sweep of the {app!r} app; status reads the sweeps of python -m robustnlu and "
+                          "python -m robustnlu.seqdrift, whose jobs record their overrides and state in their folders")
+    state_of = JOB_STATES[app]
     expected = sweep.jobs() if sweep is not None else None
     folders = job_folders(path)
     jobs: list[Job] = []
@@ -173,15 +225,16 @@ def sweep_status(path: Path) -> tuple[Sweep | None, list[Job]]:
         if not runs:
             jobs.append(Job(overrides, None, "missing"))
             continue
-        run = preferred(runs)
-        state, error, note = job_state(run)
+        states = {run: state_of(run) for run in runs}
+        run = preferred(states)
+        state, error, note = states[run]
         if len(runs) > 1:
             others = ", ".join(r.path.name for r in runs if r != run)
             note = "; ".join(filter(None, [note, f"also in {others}"]))
         jobs.append(Job(overrides, run.path, state, error, note))
     for runs in folders.values():
         for run in runs:
-            state, error, note = job_state(run)
+            state, error, note = state_of(run)
             jobs.append(Job(run.overrides() or [], run.path, state, error, note, listed=False))
     return sweep, jobs
 
@@ -270,7 +323,7 @@ def check_relaunchable(sweep: Sweep | None, path: Path) -> Sweep:
                           "goes; run its command again to continue it (an Optuna search adds trials to its study)")
     if sweep.config_name != TRAINING_CONFIG:
         raise ConfigError(f"{path}: a sweep of the {sweep.config_name!r} app; relaunch runs training sweeps "
-                          "(python -m robustnlu -m ...)")
+                          f"(python -m robustnlu -m ...): run its command again with hydra.sweep.dir={path}")
     if re.search(r"job[.:]num", sweep.subdir):
         raise ConfigError(f"{path}: its job folders are named by position (hydra.sweep.subdir={sweep.subdir}), so a "
                           "job launched again would take another job's folder; relaunch needs folders named by the "

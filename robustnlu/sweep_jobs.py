@@ -10,9 +10,11 @@ whatever the order of the overrides, whatever else the sweep holds and wherever 
 
 A job's folder is named by it (conf/hydra/default.yaml: ``hydra.sweep.subdir``): a readable part,
 ``<scenario>-<method>-seed<seed>``, and `job_hash`, 8 hex digits of the identity, through the
-``${job_hash:${hydra.overrides.task}}`` resolver. A sweep launched again into its folder with more
-values (``seed=0,1`` then ``seed=0,1,2``, with ``resume=true``) finds its finished jobs where they
-are. Hydra's ``hydra.job.override_dirname`` is not used: it keeps the text as typed (``1e-3`` and
+``${job_hash:${hydra.overrides.task}}`` resolver; the efficiency protocol's sweeps
+(``<mode>-<percent>pct-seed<seed>-<hash>``, robustnlu/efficiency/__main__.py) and SeqDrift's
+(``<scenario>-<hash>``, conf/seqdrift.yaml) likewise. A sweep launched again into its folder with
+more values (``seed=0,1`` then ``seed=0,1,2``, with ``resume=true``) finds its finished jobs where
+they are. Hydra's ``hydra.job.override_dirname`` is not used: it keeps the text as typed (``1e-3`` and
 ``0.001`` differ), excludes keys only by their exact name (not ``paths.*``) and grows with every
 override.
 

@@ -4,12 +4,14 @@ of a sweep's job list and runs again only what has not finished.
 
 The unit tests build sweep folders by hand; the integration tests train the tiny encoder: a
 2-method × 2-seed sweep killed mid-way, relaunched, then launched again with a third seed (~2 min),
-and a sweep with a bad value and a crash (~20 s)."""
+and a sweep with a bad value and a crash (~20 s); and run a SeqDrift sweep twice, its values in
+either order (~15 s). The efficiency protocol's sweeps: tests/efficiency/test_protocol.py."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,10 +27,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from hydra_plugins.robustnlu_plugins.job_list_sweeper import read_jobs, with_overrides
-from integration_helpers import CONF, FAST, cli_env, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from integration_helpers import CONF, FAST, SMALL_DRIFT, cli_env, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from robustnlu.efficiency.__main__ import SUBDIR
 from robustnlu.errors import ConfigError
 from robustnlu.rundir import RunDir, sweep_runs
 from robustnlu.runlock import LOCK_NAME
+from robustnlu.seqdrift.artifact import STATS_TABLE_FILE
 from robustnlu.sweep import main, relaunch, sweep_status
 from robustnlu.sweep_jobs import BASIC_SWEEPER, job_hash, job_identity, read_sweep
 
@@ -51,9 +55,9 @@ def test_a_jobs_identity_is_its_overrides_whatever_their_order_spelling_and_neut
     assert job_hash(["a={x: 1, y: [1, 2]}"]) == job_hash(["a={y: [1,2], x: 1}"])
 
 
-def _subdir(overrides: list[str]) -> str:
+def _subdir(overrides: list[str], config_name: str = "config") -> str:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
     hydra_config = HydraConfig.instance()
     previous, hydra_config.cfg = hydra_config.cfg, None
     try:
@@ -71,21 +75,33 @@ def test_a_sweep_jobs_folder_is_named_by_scenario_method_seed_and_the_jobs_hash(
     assert _subdir([*one[:2], "optimizer.lr=2e-3", one[3]]) != name
 
 
+def test_the_efficiency_protocols_and_a_seqdrift_sweeps_job_folders_are_named_by_the_job():
+    """Their own hydra.sweep.subdir: the efficiency driver's (its mode, percentage and seed) and
+    conf/seqdrift.yaml's (the scenario), each with the job's hash."""
+    job = ["efficiency=topv2", "dataset=topv2_weather", "efficiency.percent=10", "seed=1"]
+    assert _subdir([*job, SUBDIR]) == f"joint-10pct-seed1-{job_hash(job)}"
+    assert _subdir([*reversed(job), SUBDIR]) == _subdir([*job, SUBDIR])
+    job = ["dataset=atis", "drift=slot_value", "validation=ood", "drift.partial=true"]
+    assert _subdir(job, "seqdrift") == f"atis-slot_value-partial-ood-{job_hash(job)}"
+    assert _subdir([*reversed(job), "paths.cache_dir=elsewhere"], "seqdrift") == _subdir(job, "seqdrift")
+    assert _subdir(["dataset=snips", "drift=none"], "seqdrift") == f"snips-{job_hash(['dataset=snips', 'drift=none'])}"
+
+
 # ---------------------------------------------------------------------------- a sweep made by hand
 def _multirun(sweep: Path, task: list[str], hydra: list[str] = (), params: dict | None = None,
               subdir: str = "${scenario}-${method.name}-seed${seed}-${job_hash:${hydra.overrides.task}}",
-              sweeper: str = BASIC_SWEEPER, cwd: Path | None = None) -> None:
+              sweeper: str = BASIC_SWEEPER, cwd: Path | None = None, app: str = "config") -> None:
     sweep.mkdir(parents=True, exist_ok=True)
     record = {"hydra": {"overrides": {"task": list(task), "hydra": list(hydra)},
                         "sweeper": {"_target_": sweeper, "max_batch_size": None, "params": params},
                         "sweep": {"dir": str(sweep), "subdir": subdir},
-                        "runtime": {"cwd": str(cwd or sweep.parent)}, "job": {"config_name": "config"}},
+                        "runtime": {"cwd": str(cwd or sweep.parent)}, "job": {"config_name": app}},
               "seed": 0}
     (sweep / "multirun.yaml").write_text(yaml.safe_dump(record))
 
 
 def _job(sweep: Path, overrides: list[str], status: dict | None = None, results: bool = False,
-         lock: dict | None = None) -> Path:
+         lock: dict | None = None, stats_table: bool = False) -> Path:
     folder = sweep / f"job-{job_hash(overrides)}"
     (folder / ".hydra").mkdir(parents=True)
     (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
@@ -93,6 +109,8 @@ def _job(sweep: Path, overrides: list[str], status: dict | None = None, results:
         (folder / "status.json").write_text(json.dumps(status))
     if results:
         (folder / "results.json").write_text(json.dumps({"seed": 0}))
+    if stats_table:  # a SeqDrift job's last file
+        (folder / STATS_TABLE_FILE).write_text("the statistics table\n")
     if lock is not None:
         (folder / LOCK_NAME).write_text(json.dumps(lock))
     return folder
@@ -146,6 +164,36 @@ def test_status_tells_each_job_of_the_list_finished_failed_running_interrupted_o
     # a failed job's record without Hydra's .hydra/ (a job refused for a bad value) is found by its overrides
     (sweep / f"job-{job_hash(['seed=1'])}" / ".hydra" / "overrides.yaml").unlink()
     assert _states(sweep)["seed=1"][0] == "failed"
+
+
+def test_status_tells_a_seqdrift_jobs_state_by_its_files_and_refuses_apps_whose_jobs_record_none(tmp_path, capsys):
+    """A SeqDrift job writes no status.json and takes no lock: finished once its statistics table
+    is there (even where a later launch of it failed), failed where a failed launch left its
+    record, otherwise not known (shown as running, with a note); relaunch leaves its sweep alone."""
+    sweep = tmp_path / "sweep"
+    _multirun(sweep, ["dataset=snips", "validation=iid,ood", "drift=slot_value,slot_context"], app="seqdrift")
+    failed = {"state": "failed", "error": "dataset.train: no such file"}
+    _job(sweep, ["dataset=snips", "validation=iid", "drift=slot_value"], stats_table=True)
+    _job(sweep, ["dataset=snips", "validation=iid", "drift=slot_context"], failed, stats_table=True)
+    _job(sweep, ["dataset=snips", "validation=ood", "drift=slot_value"], failed)
+    _job(sweep, ["dataset=snips", "validation=ood", "drift=slot_context"])  # started: running, or gone
+    assert list(_states(sweep).values()) == [("finished", None), ("finished", None),
+                                              ("failed", "dataset.train: no such file"), ("running", None)]
+    assert sweep_status(sweep)[1][3].note == \
+        "not known: a seqdrift job takes no lock, so it runs or its process is gone"
+    shutil.rmtree(sweep / f"job-{job_hash(['dataset=snips', 'validation=iid', 'drift=slot_value'])}")
+    assert _states(sweep)["dataset=snips validation=iid drift=slot_value"] == ("missing", None)
+    assert main(["status", str(sweep)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith(
+        "4 jobs (its multirun.yaml's job list): 1 finished, 1 failed, 1 running, 0 interrupted, 1 missing")
+    with pytest.raises(ConfigError) as refused:
+        relaunch(sweep, dry_run=True)
+    assert str(refused.value) == (f"{sweep}: a sweep of the 'seqdrift' app; relaunch runs training sweeps "
+                                  f"(python -m robustnlu -m ...): run its command again with hydra.sweep.dir={sweep}")
+    _multirun(tmp_path / "evaluate", ["checkpoint=a.ckpt,b.ckpt"], app="evaluate")
+    with pytest.raises(ConfigError, match="a sweep of the 'evaluate' app; status reads the sweeps of python -m "
+                                          "robustnlu and python -m robustnlu.seqdrift"):
+        sweep_status(tmp_path / "evaluate")
 
 
 def test_relaunch_runs_the_unfinished_jobs_with_the_sweeps_launcher_and_resume(tmp_path, capsys):
@@ -317,3 +365,36 @@ def test_a_sweep_with_a_bad_value_and_a_crash_shows_each_failed_job_with_its_err
             assert record["state"] == "failed" and record["traceback"] == "traceback.txt"
             text = (folder / "traceback.txt").read_text()
             assert text.startswith("Traceback") and "MisconfigurationException" in text
+
+
+def test_a_seqdrift_sweeps_jobs_keep_their_folders_whatever_the_order_of_its_values(tmp_path):
+    """~15 s: ``python -m robustnlu.seqdrift -m`` over two validations, then the same sweep into the
+    same directory with the values the other way round: each job writes into the folder named by
+    its scenario and hash both times (folders numbered by position would have swapped the jobs),
+    and status finds both finished."""
+    data = jsonl_overrides(write_snips_sample_jsonl(tmp_path / "data", n_train=600, n_eval=60))
+    sweep = tmp_path / "sweep"
+
+    def launch(values: str) -> dict[str, str]:
+        """The sweep's job folders after it ran: the validation of the job each holds -> its name."""
+        proc = run_cli(["-m", *data, *SMALL_DRIFT, "paths.cache_dir=cache", f"validation={values}",
+                        f"hydra.sweep.dir={sweep}"], cwd=tmp_path, module="robustnlu.seqdrift")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        folders = [p for p in sweep.iterdir() if p.is_dir()]
+        assert len(folders) == 2
+        found = {}
+        for folder in folders:
+            overrides = RunDir(folder).overrides()
+            assert folder.name.endswith(f"-{job_hash(overrides)}") and (folder / STATS_TABLE_FILE).is_file()
+            (validation,) = [o.split("=", 1)[1] for o in overrides if o.startswith("validation=")]
+            found[validation] = folder.name
+        return found
+
+    first = launch("iid,ood")
+    assert {v: name.rsplit("-", 1)[0] for v, name in first.items()} == {
+        "iid": "jsonl-slot_context-full-iid", "ood": "jsonl-slot_context-full-ood"}
+    written = {v: (sweep / name / STATS_TABLE_FILE).stat().st_mtime_ns for v, name in first.items()}
+    assert launch("ood,iid") == first
+    assert all((sweep / name / STATS_TABLE_FILE).stat().st_mtime_ns > written[v] for v, name in first.items())
+    _, jobs = sweep_status(sweep)
+    assert [(j.state, j.folder.name) for j in jobs] == [("finished", first["ood"]), ("finished", first["iid"])]

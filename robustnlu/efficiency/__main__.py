@@ -17,6 +17,12 @@ Example (tiny smoke run)::
     python -m robustnlu.efficiency --percents 0,7,21,100 --seeds 0,1 target=weather \\
         encoder=tiny trainer.max_epochs=2 efficiency.source_limit=200
 
+Each training run's folder is named by its job, ``<mode>-<percent>pct-seed<seed>-<job hash>``
+(`SUBDIR`; robustnlu/sweep_jobs.py), so ``python -m robustnlu.sweep status|relaunch`` reads and
+continues a protocol whose training stopped part-way, each of its sweeps that started:
+``<sweep dir>``, or with ``--mode adapt`` ``<sweep dir>/source`` and ``<sweep dir>/adapt/seed<N>``;
+``python -m robustnlu.efficiency.study`` then fits and answers over the finished runs (stages 3-4).
+
 Like ``robustnlu.hpo``, a driver (argparse + Hydra's compose API) rather than a Hydra app: the
 overrides are forwarded verbatim to the multiruns. Refused before anything trains (one
 ``error:`` line, exit status 2): a query outside the curve's domain (``--at`` ≤ 0, a ``--reach``
@@ -35,8 +41,9 @@ from robustnlu.efficiency.curve import subset_percentages
 from robustnlu.errors import CommandLineParser, ConfigError, entry_point
 from robustnlu.rundir import RunDir, walk
 
-#: run directories name the percentage (the job number keeps other sweeps apart)
-SUBDIR = "hydra.sweep.subdir=${hydra.job.num}-${efficiency.mode}-${efficiency.percent}pct-seed${seed}"
+#: the protocol's multiruns name a job's folder by the job (see above); quoted, as Hydra's override
+#: grammar reads a nested interpolation only in a quoted value
+SUBDIR = "hydra.sweep.subdir='${efficiency.mode}-${efficiency.percent}pct-seed${seed}-${job_hash:${hydra.overrides.task}}'"
 
 
 def numbers(kind):

@@ -95,7 +95,7 @@ def verify_clustering(cfg: DictConfig) -> None:
 def run(cfg: DictConfig) -> None:
     from robustnlu.data.readers import load_corpus
     from robustnlu.io import atomic_write_text
-    from robustnlu.seqdrift.artifact import write_split_files
+    from robustnlu.seqdrift.artifact import STATS_TABLE_FILE, write_split_files
     from robustnlu.seqdrift.pipeline import make_drift_split
     from robustnlu.seqdrift.shipped import SHIPPED_DIR
     from robustnlu.seqdrift.stats import format_table
@@ -108,7 +108,7 @@ def run(cfg: DictConfig) -> None:
     out_dir = Path(cfg.paths.output_dir)
     table = format_table(split.stats)
     write_split_files(out_dir, split)
-    atomic_write_text(out_dir / "stats.txt", table + "\n")
+    atomic_write_text(out_dir / STATS_TABLE_FILE, table + "\n")
     print(table)
     if cfg.inspect > 0:
         print()

@@ -56,6 +56,9 @@ ALGORITHM_VERSION = 2  # filtering + splitting + statistics; 2: the key holds th
 CLUSTERS_VERSION = 2  # features + clustering; 2: tie-aware k-means (robustnlu.seqdrift.kmeans)
 SPLIT_FILE = "split.json"
 STATS_FILE = "stats.json"
+#: the statistics table ``python -m robustnlu.seqdrift`` writes into its run directory after the split's
+#: files (`write_split_files`): its last file, so a run directory that holds it is a finished run's
+STATS_TABLE_FILE = "stats.txt"
 CLUSTERS_FILE = "clusters.json"
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,9 @@ from robustnlu.data.readers import load_corpus
 from robustnlu.paths import shipped_config
 from robustnlu.efficiency.subsets import efficiency_split, nested_subset
 from robustnlu.errors import ConfigError
+from robustnlu.rundir import RunDir
+from robustnlu.sweep import sweep_status
+from robustnlu.sweep_jobs import job_hash
 from robustnlu.train import prepare
 
 @pytest.fixture(scope="module")
@@ -134,6 +138,44 @@ def test_adapting_a_source_model_records_the_source_forgetting(topv2_cut, tmp_pa
     assert sum(float(f.double().sum()) for f in fisher) == pytest.approx(n * (0.9 + 0.1 * 10 / 0.9), rel=1e-4)
 
 
+def job_folders(sweep: Path) -> dict[float, str]:
+    """The percentage of each finished run of ``sweep`` -> the name of its folder, which ends with
+    the hash of the overrides it records."""
+    found = {}
+    for results in sweep.glob("*/results.json"):
+        run = RunDir(results.parent)
+        assert run.path.name.endswith(f"-{job_hash(run.overrides())}")
+        found[run.results()["efficiency"]["percent"]] = run.path.name
+    return found
+
+
+def test_the_protocols_runs_are_named_by_their_jobs_so_status_and_relaunch_find_them(topv2_cut, tmp_path):
+    """~2 min (five tiny trainings): the protocol at 0% and 100%, then in another sweep directory
+    with the percentages the other way round: each run's folder is named by its job (mode,
+    percentage, seed, hash), the same in both (numbered by position, the two would have swapped).
+    python -m robustnlu.sweep reads the sweep: both jobs finished; with one run's folder removed,
+    relaunch trains that job alone, into a folder of the same name, and leaves the other's run as
+    it was."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    _, first = run_protocol(topv2_cut, tmp_path / "a", "--percents", "0,100", "--seeds", "0")
+    _, swapped = run_protocol(topv2_cut, tmp_path / "b", "--percents", "100,0", "--seeds", "0")
+    names = job_folders(first)
+    assert {p: name.rsplit("-", 1)[0] for p, name in names.items()} == {0: "joint-0pct-seed0", 100: "joint-100pct-seed0"}
+    assert job_folders(swapped) == names
+    _, jobs = sweep_status(swapped)
+    assert [(j.state, j.folder.name) for j in jobs] == [("finished", names[100]), ("finished", names[0])]
+
+    kept = (swapped / names[0] / "results.json").read_bytes()
+    shutil.rmtree(swapped / names[100])
+    proc = subprocess.run([sys.executable, "-m", "robustnlu.sweep", "relaunch", str(swapped)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600, env=cli_env())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "2 jobs, 1 finished, 0 running (left alone), 1 to run again" in proc.stdout
+    assert job_folders(swapped) == names
+    assert (swapped / names[0] / "results.json").read_bytes() == kept
+
+
 def test_conatural_without_a_source_model_is_a_config_error(tmp_path):
     """Checked with the config without the protocol, by the protocol before it reads any data
     under mode=joint (the co-natural optimiser has a Fisher only under mode=adapt)."""
@@ -165,11 +207,11 @@ def test_a_query_or_subset_out_of_range_is_refused_before_the_protocol_trains(to
 def test_a_sweep_directory_that_holds_runs_is_refused(topv2_cut, tmp_path):
     """The study reads every run below the sweep directory: earlier runs there would be pooled with
     this protocol's, whatever their settings."""
-    earlier = tmp_path / "sweep" / "0-joint-100pct-seed0"
+    earlier = tmp_path / "sweep" / "joint-100pct-seed0-0123abcd"
     earlier.mkdir(parents=True)
     (earlier / "results.json").write_text('{"seed": 0}')
     proc = protocol(topv2_cut, tmp_path, "--percents", "0,100")
     assert proc.returncode == 2
     assert proc.stderr == (f"error: hydra.sweep.dir {tmp_path / 'sweep'} already holds 1 run(s) (e.g. {earlier}): the "
                            "study would pool them with this protocol's; choose a new sweep directory\n")
-    assert file_bytes(tmp_path / "sweep") == {"0-joint-100pct-seed0/results.json": b'{"seed": 0}'}
+    assert file_bytes(tmp_path / "sweep") == {"joint-100pct-seed0-0123abcd/results.json": b'{"seed": 0}'}
