@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from integration_helpers import (FAST, REPO, cli_env, compose_config, file_bytes, jsonl_overrides, write_snips_sample_jsonl,
-                                 write_topv2_cut)
+from integration_helpers import FAST, REPO, cli_env, compose_config, file_bytes, write_topv2_cut
 from robustnlu.config_schema import check_config
 from robustnlu.data.readers import load_corpus
 from robustnlu.paths import shipped_config
