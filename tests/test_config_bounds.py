@@ -43,9 +43,11 @@ def _options(group: str) -> list[str]:
 #: configs that between them reach every node of the schema that declares ranges: the base
 #: config (data, model, trainer, callbacks, the tiny encoder), each method with its group source
 #: or adversary, each noise of augment=, a corpus with a dev carve, greedy-minmax selection, the
-#: co-natural optimiser with the efficiency protocol
+#: co-natural optimiser with the efficiency protocol, a drift (SeqDrift's settings) with an
+#: out-of-distribution validation split
 CONFIGS = [
     [],
+    ["drift=slot_context", "validation=ood"],
     *([f"method={m}"] for m in _options("method")),
     *([f"augment={a}"] for a in _options("augment") if a != "none"),
     ["dataset=mit"],
