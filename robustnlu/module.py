@@ -38,7 +38,7 @@ from robustnlu.checkpoint import CHECKPOINT_FORMAT, FORMAT_KEY, first_line, read
 from robustnlu.data.utterance import LabelVocab
 from robustnlu.distributed import gather_task_losses
 from robustnlu.errors import ConfigError, DataError, NonFiniteLoss
-from robustnlu.metrics import SLUMetrics
+from robustnlu.metrics.slu import SLUMetrics
 from robustnlu.metrics.slu import WORST_GROUP_ID
 from robustnlu.model.encoders import encoder_from_config
 from robustnlu.model.jointbert import JointBERT, TaskLosses

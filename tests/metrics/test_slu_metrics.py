@@ -10,7 +10,7 @@ import torch
 from seqeval.metrics import f1_score, precision_score, recall_score
 from seqeval.metrics.sequence_labeling import get_entities
 
-from robustnlu.metrics import (
+from robustnlu.metrics.slu import (
     SLUMetrics,
     SlotErrors,
     UtteranceCounts,
