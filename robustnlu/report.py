@@ -160,7 +160,7 @@ def log_to_wandb(out: Path, files: list[Path], runs: Sequence[Run], *, mode: str
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     parser = CommandLineParser(prog="python -m robustnlu.report", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path,
                         help="run directories or sweep directories (searched recursively)")
     parser.add_argument("--out", type=Path, required=True, help="folder for the tables, figures and report.md")

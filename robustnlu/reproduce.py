@@ -19,7 +19,7 @@ from robustnlu.studies.seqdrift_dro.report import write
 def report_main(argv: list[str]) -> int:
     """``python -m robustnlu.reproduce report``: docs/reproduction/report.md from the records."""
     parser = CommandLineParser(prog="python -m robustnlu.reproduce report",
-                                     description="docs/reproduction/report.md and its figures, from the records alone")
+                               description="docs/reproduction/report.md and its figures, from the records alone")
     parser.add_argument("--records", type=Path, default=STUDY.records, help=f"default: {STUDY.records}")
     parser.add_argument("--out", type=Path, default=STUDY.records.parent, help=f"default: {STUDY.records.parent}")
     args = parser.parse_args(argv)

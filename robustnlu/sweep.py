@@ -366,7 +366,7 @@ def relaunch(path: Path, dry_run: bool) -> int:
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     parser = CommandLineParser(prog="python -m robustnlu.sweep", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     status = commands.add_parser("status", help="each job of the sweep and its state")
     status.add_argument("sweep_dir", type=Path)

@@ -62,7 +62,7 @@ def comparison_table(runs: list[dict[str, Any]], labels: list[str]) -> str:
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     parser = CommandLineParser(prog="python -m robustnlu.analysis.compare", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path, help="run directories or sweep directories")
     args = parser.parse_args(argv)
     found = [Run(d.path, d.results()) for d in run_dirs(args.dirs)]

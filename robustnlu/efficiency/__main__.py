@@ -81,7 +81,7 @@ def check_protocol(percents: list[float], seeds: list[int]) -> None:
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     parser = CommandLineParser(prog="python -m robustnlu.efficiency", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--percents", type=numbers(float), default=subset_percentages(),
                         help="comma-separated subset percentages (default: the paper's 0,1,2,4,7,12,21,36,60,100)")
     parser.add_argument("--seeds", type=numbers(int), default=[0], help="comma-separated seeds (paper: 0; its variance study 0,1,2)")

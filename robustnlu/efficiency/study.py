@@ -285,7 +285,7 @@ def _groups(dirs: Sequence[Path], labels: Sequence[str] | None) -> list[tuple[st
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     parser = CommandLineParser(prog="python -m robustnlu.efficiency.study", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path, help="run or sweep directories (searched recursively)")
     parser.add_argument("--out", type=Path, required=True, help="folder for efficiency.{json,md,png}")
     parser.add_argument("--label", nargs="+", action="extend", default=None, metavar="NAME",
