@@ -30,7 +30,7 @@ from robustnlu.rundir import read_predictions  # noqa: E402
 from robustnlu.scenario import Scenario  # noqa: E402
 from robustnlu.studies.seqdrift_dro import plan as study, report as reproduction  # noqa: E402
 from robustnlu.studies.seqdrift_dro.tables import (  # noqa: E402
-    at_plateau, last_epoch_gain, valid_curve, valid_curves_markdown)
+    at_plateau, disclosures_markdown, hardware_markdown, last_epoch_gain, valid_curve, valid_curves_markdown)
 
 FIXTURE = Path(__file__).parent / "reproduction_record"
 # rows (of 50) each method gets right: ERM 20%, TopK 60% (better), TopK-Group 20% on other rows, TopK-AE none
@@ -282,6 +282,31 @@ def test_a_curve_with_epochs_lost_by_an_old_resume_leaves_them_blank(records, tm
     assert table_row(table, name)[1:3] == ["", ""] and table_row(table, name)[3] == f"{expected[0]:.2f}"
     assert "lost the epochs trained before the resume" in table
     assert "lost the epochs" not in valid_curves_markdown([reproduction.read_records(records).runs[name]])
+
+
+def test_every_resumed_record_is_disclosed_with_its_wall_time_and_curve(records, tmp_path):
+    """A run resumed from its last.ckpt (results.json resumed_from) with a complete log, and one whose
+    log lost its first epochs: both named, with the epoch and step they continued from, the wall time
+    that counts only the part after the resume and what each log lacks; the hardware table counts
+    them. A run trained in one go is not named."""
+    names = [study.PlannedRun(Scenario("snips", "slot_value", False, "ood"), "erm", s).name for s in (0, 1)]
+    for name in names:
+        shutil.copytree(records / name, tmp_path / name)
+    assert not any(results(tmp_path, n).get("resumed_from") for n in names)
+    assert disclosures_markdown(reproduction.read_records(tmp_path)).count("was resumed") == 0
+    complete, lossy = names
+    for name, epoch, step in ((complete, 6, 2541), (lossy, 1, 726)):
+        record = results(tmp_path, name) | {"resumed_from": {"checkpoint": "checkpoints/last.ckpt", "epoch": epoch,
+                                                              "global_step": step}}
+        (tmp_path / name / "results.json").write_text(json.dumps(record))
+    log = (tmp_path / lossy / "metrics.csv").read_text().splitlines()
+    (tmp_path / lossy / "metrics.csv").write_text("\n".join([log[0], *[line for line in log[1:] if int(line.split(",")[0]) >= 2]]) + "\n")
+    loaded = reproduction.read_records(tmp_path)
+    lines = {line.split("`")[1]: line for line in disclosures_markdown(loaded).splitlines() if "was resumed" in line}
+    after = "its wall time counts the training after the resume only"
+    assert lines[complete] == f"- `{complete}` was resumed from a checkpoint taken in epoch 7 (optimizer step 2541); {after}; its log is complete"
+    assert lines[lossy] == f"- `{lossy}` was resumed from a checkpoint taken in epoch 2 (optimizer step 726); {after}; its log lacks epochs 1, 2"
+    assert "(2 records:" in hardware_markdown(loaded)
 
 
 def test_the_last_epoch_gains_of_every_method_compared(records, report):

@@ -25,8 +25,8 @@ What the report computes, each with the function that does it:
 - Part E: Q4 (`method_summary`) over the runs trained to their plateau, beside the fixed budget's
   over the same scenarios and seeds (`budgets_markdown`), and each run's plateau criterion
   checked (`plateau_runs_markdown`, `at_plateau`).
-- `disclosures_markdown`: the records trained with the other AdamW kernel, and those whose log
-  lacks epochs (resumed before the log kept them).
+- `disclosures_markdown`: the records trained with the other AdamW kernel, and every resumed one:
+  from where, that its wall time is the part after the resume, what its log lacks.
 - `drift_table`: the splits' sizes and % drift (``results.json`` drift.split_stats).
 - `worst_cluster_table`: worst-cluster COMBINED over the test clusters of at least
   `robustnlu.metrics.registry.MIN_CLUSTER_SIZE` utterances, and how many clusters qualify.

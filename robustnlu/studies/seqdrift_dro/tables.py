@@ -273,22 +273,34 @@ def budgets_markdown(plateau: Sequence[dict[str, Any]], fixed: Sequence[dict[str
                      "fixed budget: COMBINED vs ERM %", "fixed budget: sig. better / worse"], rows)
 
 
+def resumed_markdown(name: str, run: Run) -> str | None:
+    """The disclosure line of a record whose run was resumed (``results.json`` resumed_from) or whose
+    per-epoch log lacks epochs (resumed before `robustnlu.resume.ResumableCSVLogger`): where it
+    continued from, that its wall time is the part after the resume (``wall_time_s`` counts the
+    session that finished it), and which epochs its curve lacks. None for a run trained in one go."""
+    resumed = run.results.get("resumed_from")
+    missing = [str(e + 1) for e, v in enumerate(valid_curve(run)) if v is None]
+    if not resumed and not missing:
+        return None
+    line = f"- `{name}` was resumed"
+    if resumed:
+        line += (f" from a checkpoint taken in epoch {resumed['epoch'] + 1} (optimizer step "
+                 f"{resumed['global_step']}); its wall time counts the training after the resume only")
+    lacks = f"lacks epoch{'s' if len(missing) > 1 else ''} {', '.join(missing)}" if missing else "is complete"
+    return f"{line}; its log {lacks}"
+
+
 def disclosures_markdown(records: Records) -> str:
     """The records that differ from the others in how they were trained or logged: those that
     trained with PyTorch's per-parameter AdamW loop (the rest: the fused kernel; the same update,
-    float rounding apart), and those whose per-epoch log lacks epochs (resumed before
-    `robustnlu.resume.ResumableCSVLogger`: their results are exact, their curves incomplete)."""
+    float rounding apart), and every resumed one (`resumed_markdown`; a resumed run's results are
+    those of an uninterrupted one, its wall time and, before the log kept them, its curve are not)."""
     lines = []
     loop = sorted(n for n, r in records.runs.items() if not r.results.get("optimizer_fused", False))
     if loop:
         lines.append(f"- AdamW's per-parameter loop, not the fused kernel ({len(loop)} records): "
                      + ", ".join(f"`{n}`" for n in loop))
-    for name, run in sorted(records.runs.items()):
-        curve = valid_curve(run)
-        missing = [str(e + 1) for e, v in enumerate(curve) if v is None]
-        if missing:
-            lines.append(f"- `{name}` was resumed; its log lacks epoch{'s' if len(missing) > 1 else ''} "
-                         f"{', '.join(missing)}")
+    lines += [line for name, run in sorted(records.runs.items()) if (line := resumed_markdown(name, run))]
     return "\n".join(lines) + "\n" if lines else "None.\n"
 
 
@@ -381,7 +393,8 @@ def _machine(records: Records, name: str) -> str:
 
 
 def hardware_markdown(records: Records) -> str:
-    """Per part (as ``meta.json`` records it): runs, wall time, hardware."""
+    """Per part (as ``meta.json`` records it): runs, wall time, hardware; the count of resumed records,
+    whose wall time is the part after the resume."""
     part_of = {name: str(records.meta[name].get("part", "?")) for name in records.runs}
     rows = []
     for part in sorted(set(part_of.values())):
@@ -391,5 +404,9 @@ def hardware_markdown(records: Records) -> str:
         rows.append([part, len(names), fmt(sum(walls) / 3600, 1) if walls else "",
                      fmt(float(np.median(walls)) / 60, 1) if walls else "",
                      "; ".join(f"{m} ({n})" for m, n in sorted(machines.items()))])
-    return markdown(["part", "runs recorded", "wall time (hours)", "median per run (minutes)", "hardware (runs)"],
-                    rows)
+    table = markdown(["part", "runs recorded", "wall time (hours)", "median per run (minutes)", "hardware (runs)"], rows)
+    resumed = sum(1 for run in records.runs.values() if run.results.get("resumed_from"))
+    if resumed:
+        table += (f"\nA resumed run's wall time is its training after the resume ({resumed} records: "
+                  "[Records trained or logged differently](#records-trained-or-logged-differently)).\n")
+    return table
