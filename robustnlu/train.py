@@ -57,7 +57,7 @@ from robustnlu.module import SLUModule
 from robustnlu.noise.augment import augment_corpus
 from robustnlu.paths import data_dir
 from robustnlu.precision import resolve_precision
-from robustnlu.predict import Predictor
+from robustnlu.predictor import Predictor
 from robustnlu.rundir import RunDir, status_record
 from robustnlu.rundir_claim import unclaim
 from robustnlu.scenario import Scenario
