@@ -44,7 +44,7 @@ from robustnlu.noise.base import noise_all
 from robustnlu.noise.casing import tokenizer_ignores_case
 from robustnlu.noise.suite import NoisyPair, load_noisy_suite
 from robustnlu.paths import data_dir, relocate_data
-from robustnlu.predict import Predictor, inference_device
+from robustnlu.predictor import Predictor, inference_device
 from robustnlu.rundir import RunDir
 from robustnlu.seqdrift.pipeline import make_drift_split
 from robustnlu.seqdrift.shipped import SHIPPED_DIR

@@ -1,14 +1,16 @@
 """What a run trained on, as its records say it: the CPU's model name (`cpu_model`) and the
 training device (`device_record`: results.json's ``device``; the reproduction report's hardware
-table reads it, so that a run trained on a GPU is not listed under the CPU of its node)."""
+table reads it, so that a run trained on a GPU is not listed under the CPU of its node). torch is
+imported by `device_record` alone: the study runner's command line reads `cpu_model` without it."""
 
 from __future__ import annotations
 
 import platform
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def cpu_model() -> str:
@@ -25,6 +27,8 @@ def cpu_model() -> str:
 def device_record(device: torch.device, processes: int) -> dict[str, Any]:
     """``{"accelerator": "cpu" | "cuda" | ..., "name": model name, "processes": n}`` of a run that
     trained on ``device`` (one of its ``processes``, under DDP each on a device like it)."""
+    import torch  # loaded already: ``device`` is a torch device
+
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
     elif device.type == "cpu":

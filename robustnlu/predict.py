@@ -3,8 +3,10 @@
     python -m robustnlu.predict --ckpt RUN/checkpoints/best-epoch002.ckpt "play the latest album by adele"
     python -m robustnlu.predict --ckpt CKPT --file utterances.txt --out predictions.jsonl
 
-A plain argparse CLI (a Hydra app would parse the utterance as a config override). Utterances
-are split on white space, as the training data is tokenised. The checkpoint is read by
+A plain argparse CLI (a Hydra app would parse the utterance as a config override); the
+prediction itself, `robustnlu.predictor` (torch, Lightning, transformers), is imported once the
+command line is read, so that a refused one is answered at once. Utterances are split on white
+space, as the training data is tokenised. The checkpoint is read by
 `robustnlu.checkpoint.read_checkpoint` (``weights_only=True``: no pickled code is executed; a
 file that is not a robustnlu checkpoint is one ``error:`` line, exit 2).
 
@@ -22,119 +24,18 @@ from __future__ import annotations
 
 import json
 import sys
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-
-from robustnlu.data.bio import slot_spans
-from robustnlu.data.datamodule import Collator, encode_utterances
 from robustnlu.data.readers.common import read_lines
-from robustnlu.data.utterance import Utterance
-from robustnlu.errors import CommandLineParser, ConfigError, DataError, entry_point
+from robustnlu.errors import CommandLineParser, ConfigError, entry_point
 from robustnlu.io import atomic_write_jsonl, check_outputs, writing
-from robustnlu.model.encoders import load_tokenizer
-from robustnlu.module import SLUModule
-
-#: the most sub-word tokens any input gets, whatever the tokenizer and encoder allow
-MAX_TOKENS = 512
-
-
-def inference_device(name: str, option: str) -> torch.device:
-    """The device ``name`` (cpu, cuda, cuda:<index>, mps) if this machine has it; `ConfigError`
-    naming ``option`` otherwise."""
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"{option}={name!r} is not a device: cpu, cuda, cuda:<index> or mps") from None
-    if device.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if not count:
-            raise ConfigError(f"{option}={name}: this machine has no CUDA device (torch {torch.__version__}); use cpu")
-        if device.index is not None and device.index >= count:
-            raise ConfigError(f"{option}={name}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
-    elif device.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"{option}={name}: MPS is not available on this machine; use cpu")
-    elif device.type not in ("cpu", "cuda", "mps"):
-        raise ConfigError(f"{option}={name}: not a device to predict on: cpu, cuda, cuda:<index> or mps")
-    return device
-
-
-class Predictor:
-    """Batched inference with a trained `SLUModule` (in eval mode, gradients off)."""
-
-    def __init__(self, module: SLUModule, tokenizer):
-        self.module = module.eval()
-        self.tokenizer = tokenizer
-        #: sub-word tokens per input, the special ones included: what the tokenizer and the
-        #: encoder's position embeddings both allow
-        self.max_length = min(tokenizer.model_max_length, module.model.encoder.config.max_position_embeddings,
-                              MAX_TOKENS)
-        self.collate = Collator(tokenizer.pad_token_id)
-
-    @classmethod
-    def from_checkpoint(cls, ckpt: str | Path, device: str | torch.device = "cpu") -> Predictor:
-        module = SLUModule.from_checkpoint(ckpt, device)
-        return cls(module, load_tokenizer(module.hparams.encoder_spec))
-
-    def words_read(self, utterances: Sequence[Utterance]) -> list[int]:
-        """How many words of each utterance fit `max_length` (`encode_utterances`): the words
-        after them are tagged ``O`` without being read."""
-        with warnings.catch_warnings():  # encode_utterances warns about the cut ones: the caller decides
-            warnings.simplefilter("ignore", UserWarning)
-            encoded = encode_utterances(utterances, self.tokenizer, self.module.vocab, self.max_length)
-        return [len(e.word_index) for e in encoded]
-
-    @torch.no_grad()
-    def predict_utterances(self, utterances: Sequence[Utterance], batch_size: int = 64) -> list[tuple[str, list[str]]]:
-        """(predicted intent, one predicted tag per token) for each utterance; tokens past the
-        encoder's length limit are tagged ``O``."""
-        vocab = self.module.vocab
-        out = []
-        for start in range(0, len(utterances), batch_size):
-            chunk = utterances[start : start + batch_size]
-            items = list(enumerate(encode_utterances(chunk, self.tokenizer, vocab, self.max_length)))
-            batch = {k: v.to(self.module.device) for k, v in self.collate(items).items()}
-            output = self.module.model(batch)
-            intent_ids, tag_ids = self.module.model.decode(output, batch["word_mask"])
-            for u, i, ids in zip(chunk, intent_ids, tag_ids, strict=True):
-                out.append((vocab.intents[i], [vocab.tags[t] for t in ids] + ["O"] * (len(u.tokens) - len(ids))))
-        return out
-
-    def predict(self, texts: Sequence[str], batch_size: int = 64) -> list[dict]:
-        """Parse raw texts (split on white space): intent, tags and slot spans for each."""
-        utts = text_utterances(texts)
-        rows = []
-        for u, (intent, tags) in zip(utts, self.predict_utterances(utts, batch_size), strict=True):
-            toks = list(u.tokens)
-            slots = [{"slot": typ, "value": " ".join(toks[s:e]), "start": s, "end": e}
-                     for typ, s, e in slot_spans(tags)]
-            rows.append({"text": " ".join(toks), "tokens": toks, "intent": intent, "tags": tags, "slots": slots})
-        return rows
-
-
-def text_utterances(texts: Sequence[str]) -> list[Utterance]:
-    """Raw texts as utterances to predict: split on white space, no gold labels."""
-    return [Utterance(f"input-{i}", tuple(t.split()), ("O",) * len(t.split()), "") for i, t in enumerate(texts)]
 
 
 def read_utterances(path: Path) -> dict[int, str]:
     """Line number → utterance of the non-blank lines of ``path``, read strictly as UTF-8 like
     every dataset file."""
     return {n: line.strip() for n, line in enumerate(read_lines(path), start=1) if line.strip()}
-
-
-def check_lengths(predictor: Predictor, texts: dict[int, str], file: Path | None) -> None:
-    """Refuse the first utterance (by line of ``file``; without a file, the one from the command
-    line) that is longer than the encoder reads."""
-    for (line, text), read in zip(texts.items(), predictor.words_read(text_utterances(list(texts.values()))),
-                                  strict=True):
-        words = len(text.split())
-        if read < words:
-            problem = (f"{words} words, longer than the model reads: its encoder takes {predictor.max_length} "
-                       f"sub-word tokens, the first {read} words; shorten or split the utterance")
-            raise DataError(file, line, problem) if file else ConfigError(f"the utterance has {problem}")
 
 
 @entry_point
@@ -152,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ConfigError("--out needs --file (the answer for an utterance on the command line is printed)")
     if args.out:
         check_outputs([args.out], [args.file, args.ckpt], "--out")
+    from robustnlu.predictor import Predictor, check_lengths, inference_device  # torch, Lightning, transformers
+
     device = inference_device(args.device, "--device")
     if args.file:
         texts = read_utterances(args.file)  # a file of blank lines only: "empty file"

@@ -186,15 +186,17 @@ def discard_last_checkpoint(out_dir: Path) -> None:
 
 
 def record_wandb_run(out_dir: Path, trainer) -> None:
-    """``<run dir>/wandb.json``: the id, name and folder of the W&B run this run logs into (its
-    files may live outside the run directory: a sweep's runs share ``<sweep dir>/wandb/``), which
-    a resumed run continues (`robustnlu.train.logger_options`). Written by the rank-0 process when
+    """``<run dir>/wandb.json``: the id, name and folder (``dir``) of the W&B run this run logs
+    into (its files may live outside the run directory: a sweep's runs share ``<sweep
+    dir>/wandb/``) and the run directory ``out_dir`` (``run_dir``), which a resumed run continues:
+    the same W&B run in the same folder, found again relative to ``run_dir`` where the run
+    directory has moved (`robustnlu.train.logger_options`). Written by the rank-0 process when
     the run starts, with ``logger=wandb`` only."""
     for lg in trainer.loggers:
         if isinstance(lg, WandbLogger) and trainer.is_global_zero:
             run = lg.experiment
-            atomic_write_json(RunDir(out_dir).wandb_file,
-                              {"id": run.id, "name": run.name, "dir": str(Path(run.dir).parent)})
+            atomic_write_json(RunDir(out_dir).wandb_file, {"id": run.id, "name": run.name,
+                                                           "dir": str(Path(run.dir).parent), "run_dir": str(out_dir)})
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:

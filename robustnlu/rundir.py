@@ -17,7 +17,7 @@ A training run's directory (Hydra's runtime output dir, `robustnlu.train`) holds
   unfinished, ``last.ckpt`` for ``resume=true``;
 - ``csv/metrics.csv``, the per-epoch log (a study's record keeps it as ``metrics.csv``);
 - with ``logger=wandb``, ``wandb.json``: the id, name and folder of the run's W&B run (its files
-  in the run's ``wandb/``, or a sweep's ``<sweep dir>/wandb/``);
+  in the run's ``wandb/``, or a sweep's ``<sweep dir>/wandb/``) and the run directory then;
 - with noise suites, ``robustness.json`` and ``robustness.md`` (`robustnlu.evaluate`);
 - a study's record's ``meta.json`` (command, hardware, wall time: `robustnlu.studies.runner`).
 """
@@ -191,8 +191,8 @@ class RunDir:
         return read_json_object(self.status_file) if self.status_file.is_file() else None
 
     def wandb_record(self) -> dict[str, Any] | None:
-        """``wandb.json`` (``id``, ``name``, ``dir``: the W&B run's folder), None if the run logged
-        no W&B run."""
+        """``wandb.json`` (``id``, ``name``, ``dir``: the W&B run's folder, ``run_dir``: the run
+        directory when it was written), None if the run logged no W&B run."""
         return read_json_object(self.wandb_file) if self.wandb_file.is_file() else None
 
     def meta(self) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import torch
 
 from integration_helpers import FAST, compose_config, jsonl_overrides, write_snips_sample_jsonl
 from robustnlu.checkpoint import CHECKPOINT_FORMAT, FORMAT_KEY, read_checkpoint, upgrade_format_1
-from robustnlu.predict import Predictor
+from robustnlu.predictor import Predictor
 from robustnlu.train import build_trainer, prepare
 
 #: ``method`` and ``optimizer`` of checkpoints/best-epoch000.ckpt of ``python -m robustnlu

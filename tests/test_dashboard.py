@@ -2,8 +2,9 @@
 the real offline run files with `wandb leet inspect`: one CLI sweep of 2 scenarios (slot context
 drift, i.i.d. and o.o.d. validation) × 2 methods (ERM, Group-DRO), 2 epochs of the tiny encoder
 with ``logger=wandb logger.wandb.log_model=true`` and secrets in the environment, then its report
-with ``--wandb``; and a sweep of two jobs that differ only in the batch size, killed in its first
-job and relaunched. ~4 min on 2 busy cores, for the whole module."""
+with ``--wandb``; a sweep of two jobs that differ only in the batch size, killed in its first
+job and relaunched; and a sweep's job killed, then resumed as a single run, in its sweep and in
+a copy of the sweep elsewhere. ~5 min on 2 busy cores, for the whole module."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +40,7 @@ SECRETS = {"WANDB_API_KEY": "wandbsecret" + "0123456789abcdef0123456789abcdef01"
 EPOCHS = 2
 #: the links wandb.init points at its run in the folder it writes into
 LATEST_LINKS = ("latest-run", "debug.log", "debug-internal.log")
+STEPS_PER_EPOCH = 15  # write_snips_sample_jsonl's 240 training utterances in FAST's batches of 16
 
 
 @pytest.fixture(scope="module")
@@ -345,3 +348,70 @@ def test_a_resumed_run_keeps_its_wandb_runs_id_and_name(tmp_path):
     resumed = logger_options(cfg.logger.wandb, tmp_path, ResumePoint(checkpoint=tmp_path / "checkpoints" / "last.ckpt"))
     assert resumed == {"save_dir": str(tmp_path), "id": "k1ll3d00", "name": "jsonl-erm-seed0-0123abcd", "resume": "allow"}
     assert logger_options(cfg.logger.wandb, tmp_path, ResumePoint()) == {"save_dir": str(tmp_path)}  # a new W&B run
+
+
+def resumable(run_dir: Path, then: Path, wandb_dir: Path) -> Path:
+    """A killed run in ``run_dir`` whose wandb.json its first launch in ``then`` wrote, naming its
+    W&B run's folder ``wandb_dir``."""
+    run_dir.mkdir(parents=True)
+    record = {"id": "k1ll3d00", "name": "n", "dir": str(wandb_dir), "run_dir": str(then)}
+    (run_dir / "wandb.json").write_text(json.dumps(record))
+    return run_dir
+
+
+@pytest.mark.parametrize("then, recorded, now, save_dir", [
+    ("s/job", "s/wandb/offline-run-x", "s/job", "s"),  # a sweep's job resumed as a single run: its sweep's
+    ("old/s/job", "old/s/wandb/offline-run-x", "new/s/job", "new/s"),  # the sweep moved: the new place
+    ("s/job", "s/wandb/offline-run-x", "copy/job", "copy"),  # copied: the copy's, the original's left alone
+    ("old/run", "old/run/wandb/offline-run-x", "new/run", "new/run"),  # a single run moved
+    ("s/job", "w/wandb/offline-run-x", "s/job", "w"),  # its own folder (logger.wandb.save_dir=w): as it was
+])
+def test_a_resumed_run_writes_its_wandb_files_where_its_first_launch_did(tmp_path, then, recorded, now, save_dir):
+    cfg = compose_config([*FAST, "logger=wandb"], tmp_path)
+    run_dir = resumable(tmp_path / now, tmp_path / then, tmp_path / recorded)
+    resume = ResumePoint(checkpoint=run_dir / "checkpoints" / "last.ckpt")
+    assert logger_options(cfg.logger.wandb, run_dir, resume)["save_dir"] == str(tmp_path / save_dir)
+    cfg.logger.wandb.save_dir = str(tmp_path / "mine")  # given on resume: the logger takes it from the config
+    assert "save_dir" not in logger_options(cfg.logger.wandb, run_dir, resume)
+
+
+@pytest.fixture(scope="module")
+def resumed_job(tmp_path_factory):
+    """A sweep of one job SIGKILLed in its second epoch (its last.ckpt: the first epoch's end) and
+    copied; the job resumed as a single run (``hydra.run.dir=<sweep>/<job>``) in the sweep, which
+    is then moved away (the folder the copy's wandb.json records is gone), and in the copy."""
+    root = tmp_path_factory.mktemp("resumed")
+    data = write_snips_sample_jsonl(root / "data")
+    env = {"WANDB_MODE": "offline", **{f"WANDB_{k}_DIR": str(root / "wandb-home" / k.lower()) for k in ("DATA", "CACHE", "CONFIG")}}
+    common = [*FAST, *jsonl_overrides(data), "trainer.max_epochs=2", "logger=wandb"]
+    sweep, copy, moved = root / "sweep", root / "copy", root / "moved"
+    kill = ["+callbacks.kill._target_=integration_helpers.KillAtStep", f"+callbacks.kill.step={STEPS_PER_EPOCH + 1}"]
+    killed = run_cli(["-m", *common, *kill, f"hydra.sweep.dir={sweep}"], cwd=root, env=env)
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-3000:] + killed.stderr[-3000:]
+    (job,) = [p.parents[1].name for p in sweep.glob("*/checkpoints/last.ckpt")]
+    first = RunDir(sweep / job).wandb_record()
+    shutil.copytree(sweep, copy, symlinks=True)
+    for where in (sweep, copy):
+        proc = run_cli([*common, "resume=true", "+resume_override=[callbacks.kill]", f"hydra.run.dir={where / job}"],
+                       cwd=root, env=env)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        if where == sweep:
+            sweep.rename(moved)
+    return {"first": first, "job": job, "sweeps": {"in place": moved, "copied, the original moved": copy},
+            "gone": sweep}
+
+
+@pytest.mark.parametrize("where", ["in place", "copied, the original moved"])
+def test_a_sweeps_job_resumed_as_a_single_run_goes_on_in_the_sweeps_wandb_folder(resumed_job, where):
+    """The resumed part of the job's W&B run (the id in wandb.json, the job's name) is a second run
+    folder in ``<sweep>/wandb/``, beside the killed part, none in the job's folder; a copy's goes
+    into the copy's, not into the original's recorded folder (moved away: it is not made again)."""
+    sweep, first = resumed_job["sweeps"][where], resumed_job["first"]
+    job = RunDir(sweep / resumed_job["job"])
+    parts = sorted((sweep / "wandb").glob("offline-run-*"))
+    assert [p.name for p in parts[:1]] == [Path(first["dir"]).name] and len(parts) == 2
+    assert Path(job.wandb_record()["dir"]).name == parts[1].name
+    resumed = run_record(parts[1])
+    assert (resumed["run_id"], resumed["display_name"]) == (first["id"], job.path.name)
+    assert job.results()["resumed_from"]["global_step"] == STEPS_PER_EPOCH
+    assert not (job.path / "wandb").exists() and not resumed_job["gone"].exists()

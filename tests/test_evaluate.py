@@ -17,7 +17,7 @@ from robustnlu.data.readers import load_corpus
 from robustnlu.evaluate import UNCASED_NOTE
 from robustnlu.noise.casing import tokenizer_ignores_case
 from robustnlu.noise.suite import load_noisy_suite
-from robustnlu.predict import Predictor
+from robustnlu.predictor import Predictor
 from robustnlu.train import run
 
 SNIPS_NOISE = {"abbreviation", "casing", "misspelling", "morphology", "paraphrase", "synonym"}

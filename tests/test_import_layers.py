@@ -58,7 +58,7 @@ LAYERS: list[list[str]] = [
     ["model", "seqdrift", "noise", "selection", "efficiency"],  # efficiency: subsets, curve (the rest above)
     ["groups", "adversary", "optim", "distributed"],
     ["robust"],
-    ["module", "predict"],
+    ["module", "predict", "predictor"],
     ["config_schema", "cli", "rundir_claim"],
     ["train", "dashboard", "evaluate", "resume", "efficiency.protocol", "efficiency.adapt"],
     ["analysis", "report", "hpo", "efficiency.study", "efficiency.report", "efficiency.plot", "sweep", "studies"],

@@ -195,7 +195,7 @@ def test_a_checkpoint_trained_on_cuda_predicts_the_same_on_the_cpu(sample, tmp_p
     """Train on a GPU, predict on a laptop: the best checkpoint loads on the CPU (`read_checkpoint` maps
     it there) and predicts the test utterances as the run's own predictions/test.jsonl (`make test-gpu`)."""
     from robustnlu.data.readers.jsonl import read_jsonl_file
-    from robustnlu.predict import Predictor
+    from robustnlu.predictor import Predictor
 
     results = run(compose_config([*FAST, *jsonl_overrides(sample), "trainer.accelerator=gpu"], tmp_path))
     assert results["device"] == {"accelerator": "cuda", "name": torch.cuda.get_device_name(0), "processes": 1}

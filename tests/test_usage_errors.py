@@ -1,8 +1,11 @@
 """A command line that argparse refuses is reported as every user error is: one line on stderr,
 ``error: <prog>: <what is wrong> (see <prog> --help)``, exit status 2, nothing on stdout
-(`robustnlu.errors.CommandLineParser`). The commands are found, not listed: every module of
-robustnlu/ that runs as ``python -m`` and builds a parser; a parser built from argparse's own
-class anywhere fails `test_every_parser_is_the_one_line_parser`."""
+(`robustnlu.errors.CommandLineParser`), and at once: no command imports torch, Lightning or
+transformers (seconds of imports) before it has read its command line, so neither a refused one
+nor ``--help`` waits for them (`HEAVY`, read from the imports Python reports with
+``-X importtime``). The commands are found, not listed: every module of robustnlu/ that runs as
+``python -m`` and builds a parser; a parser built from argparse's own class anywhere fails
+`test_every_parser_is_the_one_line_parser`."""
 
 from __future__ import annotations
 
@@ -47,6 +50,13 @@ COMMANDS = sorted(module_name(path) for path, tree in TREES.items()
 CASES = [*((module, ("--no-such-option",), f"python -m {module}") for module in COMMANDS),
          ("robustnlu.sweep", ("status", "--json"), "python -m robustnlu.sweep status"),  # no sweep_dir
          ("robustnlu.reproduce", ("report", "--no-such-option"), "python -m robustnlu.reproduce report")]
+#: (module, arguments): every command's ``--help``, and its subcommands'
+HELP = [*((module, ("--help",)) for module in COMMANDS),
+        ("robustnlu.sweep", ("status", "--help")), ("robustnlu.reproduce", ("report", "--help"))]
+#: (module, arguments) answered before the command's work: every refusal above and every help
+ANSWERED = [*((module, arguments) for module, arguments, _ in CASES), *HELP]
+#: the packages a command imports for its work only, after its command line is read
+HEAVY = frozenset({"torch", "torchmetrics", "pytorch_lightning", "lightning", "lightning_fabric", "transformers"})
 
 
 def test_the_commands_are_found():
@@ -76,6 +86,40 @@ def test_a_refused_command_line_is_one_error_line(refusals, case):
     assert (proc.returncode, proc.stdout) == (USER_ERROR, ""), proc.stderr
     assert len(proc.stderr.splitlines()) == 1, proc.stderr
     assert proc.stderr.startswith(f"error: {prog}: ") and proc.stderr.endswith(f" (see {prog} --help)\n"), proc.stderr
+
+
+def imported(importtime: str) -> set[str]:
+    """The modules a process imported, read from the ``-X importtime`` lines of its stderr
+    (``import time: <self> | <cumulative> | <module, indented by depth>``)."""
+    return {line.rsplit("|", 1)[1].strip() for line in importtime.splitlines() if line.startswith("import time:")}
+
+
+def test_imported_reads_the_modules_of_importtime_lines():
+    lines = ("import time: self [us] | cumulative | imported package\n"
+             "import time:       120 |        300 |   torch._C\nerror: python -m x: bad\n"
+             "import time:        80 |      95000 | torch\n")
+    assert imported(lines) - {"imported package"} == {"torch._C", "torch"}
+
+
+@pytest.fixture(scope="module")
+def imports(tmp_path_factory) -> Iterator[dict[tuple, Future]]:
+    """Every refusal and help of `ANSWERED`, run with ``-X importtime`` (as
+    ``PYTHONPROFILEIMPORTTIME=1``), in an empty folder."""
+    cwd = tmp_path_factory.mktemp("cwd")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        yield {case: pool.submit(run_cli, list(case[1]), cwd, {"PYTHONPROFILEIMPORTTIME": "1"}, case[0])
+               for case in ANSWERED}
+    assert not any(cwd.iterdir())
+
+
+@pytest.mark.parametrize("case", [pytest.param(case, id=" ".join((case[0], *case[1]))) for case in ANSWERED])
+def test_a_command_line_is_answered_before_torch_is_imported(imports, case):
+    proc = imports[case].result()
+    modules = imported(proc.stderr)
+    assert proc.returncode == (0 if "--help" in case[1] else USER_ERROR), proc.stderr[-3000:]
+    assert "robustnlu.errors" in modules  # the import lines are there to read
+    heavy = sorted({m.split(".")[0] for m in modules} & HEAVY)
+    assert heavy == [], f"imported with {sorted(m for m in modules if m.startswith('robustnlu'))}"
 
 
 def parser_with_a_subcommand() -> CommandLineParser:

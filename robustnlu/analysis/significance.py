@@ -17,7 +17,7 @@ The statistic is two-sided: t = |metric(A) − metric(B)|, the metric recomputed
 test set (corpus-level, e.g. micro slot F1) after each shuffle. A shuffle swaps, independently
 for every utterance with probability 1/2, the predictions of A and B (the null hypothesis: the
 two systems are exchangeable). Every supported metric is a function of column sums of
-per-utterance integer counts (`robustnlu.metrics.slu.utterance_counts`), so the counts are
+per-utterance integer counts (`robustnlu.metrics.counts.utterance_counts`), so the counts are
 computed once and every round is a matrix product: with D = counts(B) − counts(A) and a 0/1
 swap mask M (rounds × utterances), the shuffled sums are Σ A + M·D and Σ B − M·D. Utterances on
 which A and B have identical counts cannot change any sum when swapped and are left out of the
@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from robustnlu.metrics.registry import METRICS, PER_GROUP
-from robustnlu.metrics.slu import UtteranceCounts, utterance_counts
+from robustnlu.metrics.counts import UtteranceCounts, utterance_counts
 
 #: Columns of a count array: the fields of `UtteranceCounts`, in order.
 COUNT_COLUMNS = UtteranceCounts._fields

@@ -20,7 +20,7 @@ from robustnlu.errors import ConfigError
 from robustnlu.evaluate import score
 from robustnlu.module import SLUModule
 from robustnlu.optim.conatural import RollingFisher, empirical_fisher, set_encoder_fisher
-from robustnlu.predict import Predictor
+from robustnlu.predictor import Predictor
 
 
 class Adaptation(pl.Callback):

@@ -1,6 +1,6 @@
 """The one registry of the metrics robustnlu reports: per key its title, whether higher is better,
 its unit and, for a corpus metric, its formula from summed per-utterance counts (core paper
-section 5.1 and Appendix D; `robustnlu.metrics.slu.UtteranceCounts` are the counts).
+section 5.1 and Appendix D; `robustnlu.metrics.counts.UtteranceCounts` are the counts).
 
 Every table, summary, figure, significance test and run summary reads its metrics from here: the
 tuples at the end say which metrics each of them shows, in order. Adding a metric: a `Metric` in

@@ -36,7 +36,8 @@ from robustnlu.metrics.registry import (
     run_measures,
     worst_cluster,
 )
-from robustnlu.metrics.slu import SLUMetrics, UtteranceCounts
+from robustnlu.metrics.counts import UtteranceCounts
+from robustnlu.metrics.slu import SLUMetrics
 
 # 4 utterances: 3 intents right, 2 frames right; 5 gold spans, 4 predicted, 3 of them correct;
 # SEMER numerator 3 (slot substitutions + deletions + insertions + intent errors)

@@ -10,14 +10,9 @@ import torch
 from seqeval.metrics import f1_score, precision_score, recall_score
 from seqeval.metrics.sequence_labeling import get_entities
 
-from robustnlu.metrics.slu import (
-    SLUMetrics,
-    SlotErrors,
-    UtteranceCounts,
-    semer_slot_errors,
-    utterance_counts,
-)
 from robustnlu.data.bio import slot_spans
+from robustnlu.metrics.counts import SlotErrors, UtteranceCounts, semer_slot_errors, utterance_counts
+from robustnlu.metrics.slu import SLUMetrics
 from robustnlu.metrics.registry import METRICS, PER_GROUP
 
 BIO_TAGS = ["O", "B-a", "I-a", "B-b", "I-b"]
