@@ -505,13 +505,13 @@ def summarise_config(config: dict[str, Any], ours: str) -> None:
     }
 
 
-#: issue 28's goals for a GPU run, on each throughput configuration: Lightning ÷ plain loop (in our
+#: the goals for a GPU run, on each throughput configuration: Lightning ÷ plain loop (in our
 #: precision) and our loop ÷ JointBERT's recipe, at least
 GOALS = {"lightning_vs_plain": 0.9, "ours_vs_jointbert_recipe": 3.0}
 
 
 def summary(results: dict[str, Any]) -> dict[str, Any]:
-    """The headline numbers (issue 28's acceptance) from the stages' results."""
+    """The headline numbers from the stages' results."""
     out: dict[str, Any] = {"goals": GOALS, "device": results.get("environment", {}).get("gpu")
                            or f"CPU {results.get('environment', {}).get('cpu', '?')}",
                            "torch": results.get("environment", {}).get("versions", {}).get("torch"),

@@ -26,7 +26,7 @@ def files_under(folder: Path) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------- training CLI
-#: (overrides, the one line expected): the values of issue 15, an unknown key, Hydra's own errors
+#: (overrides, the one line expected): out-of-range values, an unknown key, Hydra's own errors
 BAD_VALUES = {
     "negative lr": (["optimizer.lr=-1e-4"], "error: optimizer.lr: must be > 0 (got -0.0001)"),
     "zero batch": (["data.batch_size=0"], "error: data.batch_size: must be >= 1 (got 0)"),
@@ -48,7 +48,7 @@ BAD_VALUES = {
     "no such option": (["optimizer=sgd"],
                        "error: In 'config': Could not find 'optimizer/sgd'; Available options in 'optimizer': "
                        "adamw, conatural"),
-    # the group source before it moved into the method's node (issue 18): the line names the new spelling
+    # the former top-level group source: the line names its spelling inside the method's node
     "old group source spelling": (["method=topk_group", "adversary=lda_topics"],
                                   "error: Could not override 'adversary'. No match in the defaults list; To append "
                                   "to your default list use +adversary=lda_topics; a method's group source is chosen "

@@ -1,5 +1,5 @@
 """Imports go one way, top to bottom: a module of robustnlu/ may import modules of its own layer
-or of a lower one, never of a higher one (issue 18 item 5). Every import counts, the ones inside
+or of a lower one, never of a higher one. Every import counts, the ones inside
 functions included (they are how a heavy or optional module is loaded late, not a way around
 the order). Parsed with `ast`, nothing is imported.
 

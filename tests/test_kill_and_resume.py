@@ -1,5 +1,5 @@
 """A run killed with SIGKILL in mid-epoch and rerun with ``resume=true`` in its run directory
-ends with the same result as the uninterrupted run (issue 5 acceptance; robustnlu/resume.py).
+ends with the same result as the uninterrupted run (robustnlu/resume.py).
 Everything runs through the CLI in subprocesses, the kill included."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The tracked tree travels: the whole working tree must reach a lent GPU machine (at most 64 MiB
-with whatever else the command carries, issue 28), so the tracked files may weigh at most
+with whatever else the command carries), so the tracked files may weigh at most
 `MAX_TREE_MIB` (32 MiB is the goal; the shipped corpora are xz-compressed for it, data/README.md)."""
 
 from __future__ import annotations

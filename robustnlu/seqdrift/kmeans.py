@@ -7,7 +7,7 @@ thread count, MKL or ARM builds). With K = 200 clusters the objective has many n
 optima, and k-means++ meets exact ties between candidate centres (potentials one ulp apart):
 the kernel's rounding then decides which centre is taken, and a different centre leads to a
 different local optimum. On SNIPS (slot context) two kernels gave clusterings at ARI 0.44 and
-test splits sharing 41% of their utterances (issue 16).
+test splits sharing 41% of their utterances.
 
 This implementation makes every discrete decision insensitive to such last-bit differences:
 

@@ -492,7 +492,7 @@ def test_the_hardware_table_names_the_gpu_of_a_run_that_trained_on_one(report):
 
 def test_the_committed_report_is_what_the_committed_records_give(tmp_path):
     """docs/reproduction/: report.md and its figures are rebuilt byte for byte from the committed
-    records and reading.md (issue 17 acceptance), so a change to a record or to the report's code
+    records and reading.md, so a change to a record or to the report's code
     comes with the regenerated report."""
     docs = Path(__file__).resolve().parents[2] / "docs" / "reproduction"
     shutil.copy(docs / reproduction.READING, tmp_path)

@@ -1,4 +1,4 @@
-"""Hypothesis strategies and the property checks every noise transform must pass (issue 6):
+"""Hypothesis strategies and the property checks every noise transform must pass:
 tags stay aligned (one per token, valid BIO), slot values are untouched in carrier-only mode,
 a fixed seed gives identical output, rate 0 is the identity."""
 

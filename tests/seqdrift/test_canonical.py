@@ -1,4 +1,4 @@
-"""One SeqDrift benchmark for everyone (issue 16): the shipped canonical clusterings rebuild the
+"""One SeqDrift benchmark for everyone: the shipped canonical clusterings rebuild the
 splits their manifest records, the default takes them, `drift.clusters` chooses, a computed
 clustering does not follow the BLAS kernel, and concurrent processes compute a cache entry once."""
 

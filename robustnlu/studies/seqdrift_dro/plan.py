@@ -17,7 +17,7 @@ The plan (`plan`), one training budget for every method (`BUDGET`):
   left furthest from a plateau) on the k-search scenario, seed 0, each trained to its own plateau
   (`PLATEAU_BUDGET`: more epochs, with early stopping on valid COMBINED, as the paper trains), to
   tell a method that fails at the fixed budget from one that is only slower to train;
-- Part E, Part D over the whole DRO comparison (issue 29): ERM and the three TopK methods with
+- Part E, Part D over the whole DRO comparison: ERM and the three TopK methods with
   their chosen k on SNIPS' 4 full-drift scenarios, seeds 0 and 1, each to its own plateau
   (`PLATEAU_BUDGET`, fixed before Part E's first run); Part D's runs are Part E's where they fit
   (the same names).
@@ -59,7 +59,7 @@ KINDS = ("slot_value", "slot_context")
 K_GRID = (2, 4, 8, 16)
 K_METHODS = ("topk", "topk_group", "topk_ae")
 C_METHODS = ("group_dro",)
-# Part D (added on 2026-11-24 after Part B: TopK-Group's and TopK-AE's valid COMBINED still rose 0.8
+# Part D (planned after Part B, where TopK-Group's and TopK-AE's valid COMBINED still rose 0.8
 # and 0.6 points in their 5th epoch): each method to its own plateau, as the paper's early stopping
 D_METHODS = ("erm", "topk_group", "topk_ae")
 #: Part D's budget, in place of BUDGET's epochs: at most 15 epochs, early stopping after 3 without a

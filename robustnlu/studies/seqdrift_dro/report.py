@@ -1,4 +1,4 @@
-"""The reproduction report (issue 17): ``docs/reproduction/report.md`` and its figures, built from
+"""The reproduction report: ``docs/reproduction/report.md`` and its figures, built from
 the committed records of `robustnlu.reproduce` alone, beside the core paper's numbers
 (`robustnlu.studies.seqdrift_dro.paper_results`). ``python -m robustnlu.reproduce report`` is the command.
 
