@@ -100,11 +100,11 @@ def shared_axes(runs: Sequence[Run]) -> dict[str, Any]:
 
 def wandb_folder(runs: Sequence[Run], out: Path) -> Path:
     """Where the report's W&B runs go (into ``<folder>/wandb/``): where the runs' own W&B runs
-    are (their ``wandb.json``) when that is one folder outside every run directory,
-    e.g. a sweep's; else ``out``."""
-    records = [run.dir.wandb_record() for run in runs]
-    folders = {Path(r["dir"]).parent.parent.resolve() for r in records if r}
-    if len(folders) != 1 or None in records:
+    are (`RunDir.wandb_save_dir`, found again in a sweep moved since) when that is one folder
+    outside every run directory, e.g. a sweep's; else ``out``."""
+    save_dirs = [run.dir.wandb_save_dir() for run in runs]
+    folders = {d.resolve() for d in save_dirs if d is not None}
+    if len(folders) != 1 or None in save_dirs:
         return out
     (folder,) = folders
     run_dirs = [d.resolve() for d in run_dirs_under([run.path for run in runs])]

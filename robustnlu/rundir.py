@@ -195,6 +195,29 @@ class RunDir:
         directory when it was written), None if the run logged no W&B run."""
         return read_json_object(self.wandb_file) if self.wandb_file.is_file() else None
 
+    def wandb_save_dir(self) -> Path | None:
+        """Where the run's W&B files are (in ``<it>/wandb/``; None without ``wandb.json``): the save
+        dir of the W&B run folder ``wandb.json`` names (``dir``: ``<save dir>/wandb/<run
+        folder>``), where a resumed run goes on writing. A sweep's job resumed as a single run
+        (``hydra.run.dir=<sweep dir>/<job>``) thus stays in ``<sweep dir>/wandb/``, and one ``wandb
+        sync <sweep dir>/wandb`` still uploads the whole sweep.
+
+        A save dir that was the run directory or one of its parents (``run_dir``: where the run
+        directory was) is found at the same place relative to the run directory now: a run
+        directory or sweep moved or copied since has its W&B files in its own ``wandb/``, not in
+        the old place (gone, or the original's), as its checkpoints' paths are read in the new
+        place (`robustnlu.resume.RelocatableModelCheckpoint`). Any other recorded folder (a
+        ``logger.wandb.save_dir`` of the first launch), or one of a record without ``run_dir``, is
+        taken as it is."""
+        record = self.wandb_record()
+        if record is None:
+            return None
+        save_dir = Path(record["dir"]).parents[1]
+        then = Path(record["run_dir"]) if record.get("run_dir") else None
+        if then is None or not (then == save_dir or save_dir in then.parents):
+            return save_dir
+        return Path(*self.path.parts[:len(self.path.parts) - len(then.relative_to(save_dir).parts)])
+
     def meta(self) -> dict[str, Any]:
         """A study's record's ``meta.json``, {} if there is none."""
         return read_json_object(self.meta_file) if self.meta_file.is_file() else {}

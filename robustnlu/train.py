@@ -18,7 +18,7 @@ The run directory (Hydra's runtime output dir) holds:
   ``csv/metrics.csv`` and ``csv/hparams.yaml`` (the flat config of `robustnlu.dashboard`); with
   ``logger=wandb``: ``wandb.json`` (the W&B run's id, name and folder) and ``wandb/`` (a sweep's
   jobs share ``<sweep dir>/wandb/`` instead: `wandb_save_dir`; a resumed run writes where it
-  first did: `resumed_wandb_save_dir`), what `robustnlu.dashboard` logs.
+  first did: `robustnlu.rundir.RunDir.wandb_save_dir`), what `robustnlu.dashboard` logs.
 """
 
 from __future__ import annotations
@@ -118,38 +118,19 @@ def wandb_save_dir(out_dir: Path) -> Path:
     return out_dir if job is None else out_dir.parents[len(job.parts) - 1]
 
 
-def resumed_wandb_save_dir(out_dir: Path, record: dict[str, Any]) -> Path:
-    """Where a resumed run's W&B files go: where its first launch wrote them, the save dir of the
-    W&B run folder its ``wandb.json`` ``record`` names (``dir``: ``<save dir>/wandb/<run
-    folder>``). A sweep's job resumed as a single run (``hydra.run.dir=<sweep dir>/<job>``: no
-    sweep job for `wandb_save_dir`) goes on writing into ``<sweep dir>/wandb/``, so that one
-    ``wandb sync <sweep dir>/wandb`` still uploads the whole sweep.
-
-    A save dir that was the run directory or one of its parents (the record's ``run_dir``: where
-    the run directory was) is found at the same place relative to ``out_dir``: a run directory
-    or sweep moved or copied since writes into its own ``wandb/``, not into the old place (gone,
-    or the original's), as its checkpoints' paths are read in the new place
-    (`robustnlu.resume.RelocatableModelCheckpoint`). Any other recorded folder (the first
-    launch's ``logger.wandb.save_dir``), or one of a record without ``run_dir``, is used as it is."""
-    save_dir = Path(record["dir"]).parents[1]
-    then = Path(record["run_dir"]) if record.get("run_dir") else None
-    if then is None or not (then == save_dir or save_dir in then.parents):
-        return save_dir
-    return Path(*out_dir.parts[:len(out_dir.parts) - len(then.relative_to(save_dir).parts)])
-
-
 def logger_options(logger_cfg: DictConfig, out_dir: Path, resume: ResumePoint) -> dict[str, Any]:
     """A logger's arguments that the run decides. W&B: its folder (``save_dir: null``:
-    `wandb_save_dir`; a resumed run: `resumed_wandb_save_dir`); a sweep's job is named by its
+    `wandb_save_dir`; a resumed run: where its first launch wrote, `RunDir.wandb_save_dir`); a sweep's job is named by its
     folder (`sweep_job_folder`: the job hash in it tells apart jobs that differ in any setting,
     where ``logger.wandb.name`` names scenario, method and seed only); a resumed run continues
     the W&B run recorded in ``wandb.json``, its id and name. The CSV log: the step a resumed run
     continues from (`ResumableCSVLogger` keeps the rows before it)."""
     if "Wandb" in logger_cfg._target_:
-        record = RunDir(out_dir).wandb_record() if resume.checkpoint else None
+        run = RunDir(out_dir)
+        record = run.wandb_record() if resume.checkpoint else None
         options = {}
         if not logger_cfg.get("save_dir"):
-            options["save_dir"] = str(resumed_wandb_save_dir(out_dir, record) if record else wandb_save_dir(out_dir))
+            options["save_dir"] = str(run.wandb_save_dir() if record else wandb_save_dir(out_dir))
         job = sweep_job_folder(out_dir)
         if job is not None:
             options["name"] = str(job)

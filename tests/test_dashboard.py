@@ -28,8 +28,10 @@ from seqeval.metrics.sequence_labeling import get_entities
 
 from integration_helpers import (FAST, SMALL_DRIFT, cli_env, compose_config, jsonl_overrides, run_cli,
                                  write_snips_sample_jsonl)
+from robustnlu.analysis.runs import Run
 from robustnlu.dashboard import error_rows
 from robustnlu.module import SLUModule
+from robustnlu.report import wandb_folder
 from robustnlu.resume import ResumePoint
 from robustnlu.rundir import RunDir
 from robustnlu.train import logger_options
@@ -373,6 +375,18 @@ def test_a_resumed_run_writes_its_wandb_files_where_its_first_launch_did(tmp_pat
     assert logger_options(cfg.logger.wandb, run_dir, resume)["save_dir"] == str(tmp_path / save_dir)
     cfg.logger.wandb.save_dir = str(tmp_path / "mine")  # given on resume: the logger takes it from the config
     assert "save_dir" not in logger_options(cfg.logger.wandb, run_dir, resume)
+
+
+def test_the_report_of_a_moved_sweep_logs_into_the_sweeps_wandb_folder_where_it_is_now(tmp_path):
+    """A sweep of two jobs, moved after training: the report's W&B runs go into its ``wandb/`` at its
+    new place (not ``--out``, as when the recorded folder was taken as it is and found gone); a
+    sweep whose jobs logged into two folders still reports into ``out``."""
+    runs = [Run(resumable(tmp_path / "new/s" / job, tmp_path / "old/s" / job, tmp_path / "old/s/wandb" / f"offline-run-{job}"), {})
+            for job in ("job1", "job2")]
+    (tmp_path / "new/s/wandb").mkdir()
+    assert wandb_folder(runs, tmp_path / "out") == tmp_path / "new/s"
+    apart = resumable(tmp_path / "new/t/job3", tmp_path / "old/t/job3", tmp_path / "old/t/wandb/offline-run-job3")
+    assert wandb_folder([*runs, Run(apart, {})], tmp_path / "out") == tmp_path / "out"
 
 
 @pytest.fixture(scope="module")
