@@ -69,8 +69,9 @@ def run_or_exit(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     if multirun:  # a single run's folder is claimed before Hydra makes it
         try:
-            claim(run_dir, bool(OmegaConf.select(hydra_cfg, "callbacks.run_dir.exclusive", default=False)),
-                  before_creation=False)
+            settings = OmegaConf.select(hydra_cfg, "callbacks.run_dir", default=None) or {}
+            claim(run_dir, bool(settings.get("exclusive", False)), before_creation=False,
+                  lock=bool(settings.get("lock", False)))
         except RobustNLUError as err:  # the folder is not this job's (another process holds it): left as it is
             report(err)
             raise JobFailed(f"error: {err}") from err

@@ -17,7 +17,11 @@ the invocation without destroying anything it did not make (`undo`):
 For training, the claim is exclusive (`exclusive=True`): an existing folder with files that is not
 a robustnlu run is refused (one line, nothing written), and the run takes the lock file
 `run.lock` (pid and host; `robustnlu.runlock`): a second process into the same folder is refused
-with a line naming the holder; a lock left by a dead process on this host is taken over.
+with a line naming the holder; a lock left by a dead process on this host is taken over. The
+SeqDrift app takes the same lock without the refusal (`lock=True`: its job writes its split into
+its folder again when launched again), so that ``python -m robustnlu.sweep status`` tells its
+running jobs from those whose process is gone. The lock is released when the invocation ends,
+however it ends: a finished folder holds no ``run.lock``.
 """
 
 from __future__ import annotations
@@ -113,16 +117,18 @@ def secondary_process() -> bool:
     return any(int(os.environ.get(v) or 0) > 0 for v in ("LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
 
 
-def claim(path: str | Path, exclusive: bool, before_creation: bool) -> Claim:
+def claim(path: str | Path, exclusive: bool, before_creation: bool, lock: bool = False) -> Claim:
     """Claim ``path`` for this invocation (once; later calls return the first claim).
     ``before_creation``: the folder is looked at before anything made it (a single run), and
-    created here; else it exists already and its history is unknown (a sweep's job). Raises
-    `ConfigError`, with nothing created, for a folder that cannot be created, and with
-    ``exclusive`` for a non-empty folder that is not a robustnlu run or one another process holds."""
+    created here; else it exists already and its history is unknown (a sweep's job). ``lock``:
+    take its ``run.lock`` (``exclusive`` takes it too). Raises `ConfigError`, with nothing
+    created, for a folder that cannot be created, with ``exclusive`` for a non-empty folder that
+    is not a robustnlu run, and with either for a folder another process holds."""
     path = key(path)
     if path in CLAIMS:
         return CLAIMS[path]
     exclusive = exclusive and not secondary_process()
+    lock = exclusive or (lock and not secondary_process())
     if path.exists() and not path.is_dir():
         raise ConfigError(f"hydra.run.dir: {path} is a file, not a folder")
     found = Claim(path, path.is_dir() if before_creation else None)
@@ -143,7 +149,7 @@ def claim(path: str | Path, exclusive: bool, before_creation: bool) -> Claim:
         except OSError as err:
             raise ConfigError(f"hydra.run.dir: cannot create {path}: {err.strerror or err}") from None
         found.created = missing  # deepest first
-    if exclusive:
+    if lock:
         try:
             acquire(path)
         except ConfigError:
@@ -191,14 +197,16 @@ def release_all() -> None:
 class RunDirOwnership(Callback):
     """Hydra callback (``hydra.callbacks``): claims a single run's folder before Hydra creates it
     (`claim`), so that an error removes only what this invocation made; ``exclusive``: the
-    training app's lock and its refusal of folders that are not runs."""
+    training app's lock and its refusal of folders that are not runs; ``lock``: the lock alone
+    (the SeqDrift app). A sweep's job reads the same two settings (`robustnlu.cli.run_or_exit`)."""
 
-    def __init__(self, exclusive: bool = False):
+    def __init__(self, exclusive: bool = False, lock: bool = False):
         self.exclusive = exclusive
+        self.lock = lock
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
-            claim(config.hydra.run.dir, self.exclusive, before_creation=True)
+            claim(config.hydra.run.dir, self.exclusive, before_creation=True, lock=self.lock)
         except ConfigError as err:  # Hydra turns a callback's exceptions into warnings: exit here
             exit_with_error(err)
 

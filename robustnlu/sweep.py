@@ -19,9 +19,11 @@ other jobs:
 The efficiency protocol's sweeps are training sweeps: ``<sweep dir>``, or with ``--mode adapt``
 ``<sweep dir>/source`` and ``<sweep dir>/adapt/seed<N>`` (`robustnlu.efficiency.__main__`). A
 SeqDrift job computes a split and writes it into its folder (`seqdrift_job_state`): ``finished``
-once its last file, the statistics table, is there; ``failed`` and ``missing`` as above. It takes
-no lock, so a job that runs and one whose process is gone look alike: ``running``, with a note
-that says so. Sweeps of the other apps (evaluate, noise: their jobs record neither their
+once its last file, the statistics table, is there; ``failed`` and ``missing`` as above. It holds
+its folder's ``run.lock`` while it runs, as a training run does (conf/seqdrift.yaml,
+`robustnlu.rundir_claim`), so ``running`` and ``interrupted`` are told apart the same way (`held`):
+``interrupted`` is a job started whose process is gone before its statistics table; its command run
+again makes it. Sweeps of the other apps (evaluate, noise: their jobs record neither their
 overrides nor a state in their folders) are refused.
 
 A job's folder is found by the job's identity (the hash of its recorded task overrides,
@@ -134,18 +136,28 @@ def failed_state(run: RunDir, status: dict[str, Any]) -> JobState:
     return "failed", status.get("error"), (f"traceback: {run.traceback_file}" if shown else None)
 
 
-def job_state(run: RunDir) -> JobState:
-    """(state, error line, note) of the training job in ``run`` (see the module docstring)."""
-    status = read_status(run)
-    state = status.get("state")
-    if run.finished() and state in (None, "finished"):
-        return "finished", None, None
+def held(run: RunDir) -> JobState | None:
+    """``running`` where a process holds ``run``'s lock (`robustnlu.runlock`) and is alive
+    (`alive`), or cannot be checked from here (with a note naming its host); None where there
+    is no lock or its process is gone."""
     lock = holder(run.path)
     live = alive(lock) if lock else False
     if live:
         return "running", None, None
     if live is None:
         return "running", None, f"on {lock.get('host', '?')}: not checked from here"
+    return None
+
+
+def job_state(run: RunDir) -> JobState:
+    """(state, error line, note) of the training job in ``run`` (see the module docstring)."""
+    status = read_status(run)
+    state = status.get("state")
+    if run.finished() and state in (None, "finished"):
+        return "finished", None, None
+    running = held(run)
+    if running is not None:
+        return running
     error = status.get("error")
     if state == "failed":
         return failed_state(run, status)
@@ -160,14 +172,20 @@ def job_state(run: RunDir) -> JobState:
 def seqdrift_job_state(run: RunDir) -> JobState:
     """(state, error line, note) of the SeqDrift job in ``run``: finished once it wrote its
     statistics table (its last file; a later launch of the same job that failed leaves the split
-    there), failed where the status.json a failed launch leaves says so
-    (`robustnlu.cli.record_failed_job`; the app writes none itself), otherwise not known."""
+    there); running while a live process holds its lock (`held`, as for training); failed where
+    the status.json a failed launch leaves says so (`robustnlu.cli.record_failed_job`; the app
+    writes none itself); otherwise interrupted: started, and its process is gone."""
     if (run.path / STATS_TABLE_FILE).is_file():
         return "finished", None, None
+    running = held(run)
+    if running is not None:
+        return running
     status = read_status(run)
     if status.get("state") == "failed":
         return failed_state(run, status)
-    return "running", None, "not known: a seqdrift job takes no lock, so it runs or its process is gone"
+    if status.get("state") == "unreadable":
+        return "interrupted", status.get("error"), "status.json unreadable"
+    return "interrupted", None, f"started, its process is gone before {STATS_TABLE_FILE}"
 
 
 #: how a job's state is read from its folder, by app (its config's name, multirun.yaml's

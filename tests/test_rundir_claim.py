@@ -100,6 +100,29 @@ def test_a_folder_with_files_that_is_not_a_run_is_refused_and_left_as_it_was(tmp
     claim(docs, exclusive=False, before_creation=True)  # the other apps may write beside files
 
 
+def test_a_lock_alone_accepts_a_folder_of_files_but_not_one_another_live_process_holds(tmp_path):
+    """``lock=True`` without ``exclusive`` (the SeqDrift app, whose job writes its split into its
+    folder again): the folder's files are no reason to refuse it, a live holder is; the lock is
+    released at the end, and an error removes it with what the invocation added."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "split.json").write_text("{}")  # an earlier launch's split
+    claim(job, exclusive=False, before_creation=True, lock=True)
+    assert holder(job)["pid"] == os.getpid()
+    unclaim(job)
+    assert sorted(p.name for p in job.iterdir()) == ["split.json"]
+    claim(job, exclusive=False, before_creation=True, lock=True)
+    (job / "stats.json").write_text("{}")
+    undo(job, keep=False)
+    assert sorted(p.name for p in job.iterdir()) == ["split.json"]
+    (job / LOCK_NAME).write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname()}))
+    with pytest.raises(ConfigError, match=f"is in use by process {os.getppid()}"):
+        claim(job, exclusive=False, before_creation=False, lock=True)
+    assert sorted(p.name for p in job.iterdir()) == [LOCK_NAME, "split.json"]
+    claim(tmp_path / "free", exclusive=False, before_creation=True)  # the other apps take no lock
+    assert holder(tmp_path / "free") is None
+
+
 def test_the_lock_names_a_live_holder_takes_over_a_dead_ones_and_is_released_only_by_its_owner(tmp_path, capsys):
     host = socket.gethostname()
     (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": os.getppid(), "host": host}))

@@ -5,7 +5,8 @@ of a sweep's job list and runs again only what has not finished.
 The unit tests build sweep folders by hand; the integration tests train the tiny encoder: a
 2-method × 2-seed sweep killed mid-way, relaunched, then launched again with a third seed (~2 min),
 and a sweep with a bad value and a crash (~20 s); and run a SeqDrift sweep twice, its values in
-either order (~15 s). The efficiency protocol's sweeps: tests/efficiency/test_protocol.py."""
+either order (~15 s), and a SeqDrift job held while it reads, killed and run again (~15 s). The
+efficiency protocol's sweeps: tests/efficiency/test_protocol.py."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from integration_helpers import CONF, FAST, SMALL_DRIFT, cli_env, jsonl_override
 from robustnlu.efficiency.__main__ import SUBDIR
 from robustnlu.errors import ConfigError
 from robustnlu.rundir import RunDir, sweep_runs
-from robustnlu.runlock import LOCK_NAME
+from robustnlu.runlock import LOCK_NAME, holder
 from robustnlu.seqdrift.artifact import STATS_TABLE_FILE
 from robustnlu.sweep import main, relaunch, sweep_status
 from robustnlu.sweep_jobs import BASIC_SWEEPER, job_hash, job_identity, read_sweep
@@ -166,26 +167,39 @@ def test_status_tells_each_job_of_the_list_finished_failed_running_interrupted_o
     assert _states(sweep)["seed=1"][0] == "failed"
 
 
-def test_status_tells_a_seqdrift_jobs_state_by_its_files_and_refuses_apps_whose_jobs_record_none(tmp_path, capsys):
-    """A SeqDrift job writes no status.json and takes no lock: finished once its statistics table
-    is there (even where a later launch of it failed), failed where a failed launch left its
-    record, otherwise not known (shown as running, with a note); relaunch leaves its sweep alone."""
+def test_status_tells_a_seqdrift_jobs_state_by_its_files_and_lock_and_refuses_apps_whose_jobs_record_none(
+        tmp_path, capsys):
+    """A SeqDrift job writes no status.json; it holds its folder's lock while it runs, as a
+    training run does: finished once its statistics table is there (even where a later launch of
+    it failed), failed where a failed launch left its record, running while a live process holds
+    its lock, otherwise interrupted (its lock names a dead process, or it has none: its process is
+    gone); relaunch leaves its sweep alone."""
     sweep = tmp_path / "sweep"
-    _multirun(sweep, ["dataset=snips", "validation=iid,ood", "drift=slot_value,slot_context"], app="seqdrift")
+    _multirun(sweep, ["dataset=snips", "validation=iid,ood", "drift=slot_value,slot_context", "drift.seed=0,1"],
+              app="seqdrift")
     failed = {"state": "failed", "error": "dataset.train: no such file"}
-    _job(sweep, ["dataset=snips", "validation=iid", "drift=slot_value"], stats_table=True)
-    _job(sweep, ["dataset=snips", "validation=iid", "drift=slot_context"], failed, stats_table=True)
-    _job(sweep, ["dataset=snips", "validation=ood", "drift=slot_value"], failed)
-    _job(sweep, ["dataset=snips", "validation=ood", "drift=slot_context"])  # started: running, or gone
+    me = {"pid": os.getpid(), "host": socket.gethostname()}
+    dead = {"pid": _dead_pid(), "host": socket.gethostname()}
+    _job(sweep, ["dataset=snips", "validation=iid", "drift=slot_value", "drift.seed=0"], stats_table=True)
+    _job(sweep, ["dataset=snips", "validation=iid", "drift=slot_value", "drift.seed=1"], failed, stats_table=True)
+    _job(sweep, ["dataset=snips", "validation=iid", "drift=slot_context", "drift.seed=0"], failed)
+    _job(sweep, ["dataset=snips", "validation=iid", "drift=slot_context", "drift.seed=1"], lock=me)  # this process
+    _job(sweep, ["dataset=snips", "validation=ood", "drift=slot_value", "drift.seed=0"], lock=dead)  # SIGKILLed
+    _job(sweep, ["dataset=snips", "validation=ood", "drift=slot_value", "drift.seed=1"])  # killed before its lock
+    _job(sweep, ["dataset=snips", "validation=ood", "drift=slot_context", "drift.seed=0"],
+         lock={"pid": 1, "host": "another-node"})  # cannot be checked from here
     assert list(_states(sweep).values()) == [("finished", None), ("finished", None),
-                                              ("failed", "dataset.train: no such file"), ("running", None)]
-    assert sweep_status(sweep)[1][3].note == \
-        "not known: a seqdrift job takes no lock, so it runs or its process is gone"
-    shutil.rmtree(sweep / f"job-{job_hash(['dataset=snips', 'validation=iid', 'drift=slot_value'])}")
-    assert _states(sweep)["dataset=snips validation=iid drift=slot_value"] == ("missing", None)
+                                              ("failed", "dataset.train: no such file"), ("running", None),
+                                              ("interrupted", None), ("interrupted", None), ("running", None),
+                                              ("missing", None)]
+    notes = [j.note for j in sweep_status(sweep)[1]]
+    assert notes[3] is None and notes[4] == notes[5] == "started, its process is gone before stats.txt"
+    assert notes[6] == "on another-node: not checked from here"
+    shutil.rmtree(sweep / f"job-{job_hash(['dataset=snips', 'validation=iid', 'drift=slot_value', 'drift.seed=0'])}")
+    assert _states(sweep)["dataset=snips validation=iid drift=slot_value drift.seed=0"] == ("missing", None)
     assert main(["status", str(sweep)]) == 0
     assert capsys.readouterr().out.splitlines()[0].endswith(
-        "4 jobs (its multirun.yaml's job list): 1 finished, 1 failed, 1 running, 0 interrupted, 1 missing")
+        "8 jobs (its multirun.yaml's job list): 1 finished, 1 failed, 2 running, 2 interrupted, 2 missing")
     with pytest.raises(ConfigError) as refused:
         relaunch(sweep, dry_run=True)
     assert str(refused.value) == (f"{sweep}: a sweep of the 'seqdrift' app; relaunch runs training sweeps "
@@ -398,3 +412,53 @@ def test_a_seqdrift_sweeps_jobs_keep_their_folders_whatever_the_order_of_its_val
     assert all((sweep / name / STATS_TABLE_FILE).stat().st_mtime_ns > written[v] for v, name in first.items())
     _, jobs = sweep_status(sweep)
     assert [(j.state, j.folder.name) for j in jobs] == [("finished", first["ood"]), ("finished", first["iid"])]
+
+
+def test_a_seqdrift_job_holds_its_lock_while_it_runs_so_status_tells_a_killed_one_from_a_running_one(tmp_path):
+    """~15 s: a real ``python -m robustnlu.seqdrift -m`` job whose test file is a named pipe, held
+    open and empty, so that the job waits in its read: status reads it running, by its lock (which
+    names its pid); SIGKILLed there, interrupted (its lock names a dead process). The pipe replaced
+    by the file and the sweep run again: the lock of the dead process is taken over, the job
+    finishes, status reads it finished, and its folder holds the split's files and no lock."""
+    data = write_snips_sample_jsonl(tmp_path / "data", n_train=600, n_eval=60)
+    rows = data["test"].read_bytes()
+    data["test"].unlink()
+    os.mkfifo(data["test"])
+    sweep = tmp_path / "sweep"
+    args = ["-m", *jsonl_overrides(data), *SMALL_DRIFT, "paths.cache_dir=cache", "validation=iid",
+            f"hydra.sweep.dir={sweep}"]
+    job = subprocess.Popen([sys.executable, "-m", "robustnlu.seqdrift", *args], cwd=tmp_path, env=cli_env(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    writer = None
+    try:
+        deadline = time.time() + 120
+        while writer is None and job.poll() is None and time.time() < deadline:
+            try:  # succeeds once the job has opened the pipe to read it: it then waits for rows
+                writer = os.open(data["test"], os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                time.sleep(0.05)
+        assert writer is not None, f"the job never read its test file (exit status {job.poll()})"
+        (folder,) = [p for p in sweep.iterdir() if p.is_dir()]
+        assert holder(folder) is not None and holder(folder)["pid"] == job.pid
+        (running,) = sweep_status(sweep)[1]
+        assert (running.state, running.note, running.folder) == ("running", None, folder)
+    finally:
+        job.kill()
+        job.wait(timeout=60)
+        if writer is not None:
+            os.close(writer)
+    (killed,) = sweep_status(sweep)[1]
+    assert (killed.state, killed.folder) == ("interrupted", folder) and holder(folder)["pid"] == job.pid
+
+    data["test"].unlink()
+    data["test"].write_bytes(rows)
+    proc = run_cli(args, cwd=tmp_path, module="robustnlu.seqdrift")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"taking over the lock of process {job.pid} on {socket.gethostname()}" in proc.stderr
+    (done,) = sweep_status(sweep)[1]
+    assert (done.state, done.folder) == ("finished", folder)
+    assert sorted(p.name for p in folder.iterdir()) == [".hydra", "SHA256SUMS", "seqdrift.log", "split.json",
+                                                        "stats.json", STATS_TABLE_FILE]
+    (cached,) = (tmp_path / "cache" / "seqdrift").glob("*/split.json")
+    assert cached.read_bytes() == (folder / "split.json").read_bytes()
+    assert not list(tmp_path.rglob(LOCK_NAME))

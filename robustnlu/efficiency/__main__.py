@@ -18,16 +18,25 @@ Example (tiny smoke run)::
         encoder=tiny trainer.max_epochs=2 efficiency.source_limit=200
 
 Each training run's folder is named by its job, ``<mode>-<percent>pct-seed<seed>-<job hash>``
-(`SUBDIR`; robustnlu/sweep_jobs.py), so ``python -m robustnlu.sweep status|relaunch`` reads and
-continues a protocol whose training stopped part-way, each of its sweeps that started:
-``<sweep dir>``, or with ``--mode adapt`` ``<sweep dir>/source`` and ``<sweep dir>/adapt/seed<N>``;
-``python -m robustnlu.efficiency.study`` then fits and answers over the finished runs (stages 3-4).
+(`SUBDIR`; robustnlu/sweep_jobs.py), so ``python -m robustnlu.sweep status`` reads a protocol's
+sweeps — ``<sweep dir>``, or with ``--mode adapt`` ``<sweep dir>/source`` and
+``<sweep dir>/adapt/seed<N>`` — and the protocol's own command finds its runs again. The protocol
+records its settings in ``<sweep dir>/protocol.json`` (`PROTOCOL_FILE`, written atomically before
+its first run): ``--mode``, the percentages it trains, ``--seeds`` (in any order) and the
+overrides (`robustnlu.sweep_jobs.job_identity`: normalized, less those that change no result:
+``resume``, ``paths.*``, ``logger``, ``hydra.*``, ...). A protocol stopped part-way, in either
+stage, is continued by its command run again with ``resume=true`` into the same sweep directory
+(``hydra.sweep.dir=<it>``; the default one is named by the time it started): its finished runs return their stored results (they are not trained again), its interrupted ones
+continue from their ``last.ckpt``, the runs and stages not started run; then stages 3-4 as ever.
+``--reach``, ``--at`` and ``--label`` are not settings of the runs: they may differ.
 
 Like ``robustnlu.hpo``, a driver (argparse + Hydra's compose API) rather than a Hydra app: the
 overrides are forwarded verbatim to the multiruns. Refused before anything trains (one
-``error:`` line, exit status 2): a query outside the curve's domain (``--at`` ≤ 0, a ``--reach``
-that is not finite), a subset percentage outside [0, 100] or given twice, and a sweep directory
-that already holds runs (stage 4 would pool them with this protocol's).
+``error:`` line, exit status 2, nothing written): a query outside the curve's domain (``--at`` ≤ 0,
+a ``--reach`` that is not finite), a subset percentage outside [0, 100] or given twice; without
+``resume=true``, a sweep directory that already holds runs (stage 4 would pool them with this
+protocol's) or a protocol's record; with it, a sweep directory whose ``protocol.json`` records
+other settings (named in the error), or that holds runs but no ``protocol.json``.
 """
 
 from __future__ import annotations
@@ -35,15 +44,22 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from robustnlu.cli import compose_run_config, run_multirun
 from robustnlu.efficiency.curve import subset_percentages
 from robustnlu.errors import CommandLineParser, ConfigError, entry_point
-from robustnlu.rundir import RunDir, walk
+from robustnlu.io import atomic_write_json
+from robustnlu.rundir import RunDir, read_json_object, walk
+from robustnlu.sweep_jobs import job_identity
 
 #: the protocol's multiruns name a job's folder by the job (see above); quoted, as Hydra's override
 #: grammar reads a nested interpolation only in a quoted value
 SUBDIR = "hydra.sweep.subdir='${efficiency.mode}-${efficiency.percent}pct-seed${seed}-${job_hash:${hydra.overrides.task}}'"
+#: the protocol's settings (`protocol_settings`) in its sweep directory: what ``resume=true`` compares
+PROTOCOL_FILE = "protocol.json"
+#: the settings `protocol_settings` records and the command-line option of each
+SETTINGS = {"mode": "--mode", "percents": "--percents", "seeds": "--seeds", "overrides": "overrides"}
 
 
 def numbers(kind):
@@ -78,6 +94,67 @@ def check_protocol(percents: list[float], seeds: list[int]) -> None:
         raise ConfigError("--percents and --seeds must not repeat a value")
 
 
+def protocol_settings(mode: str, percents: list[float], seeds: list[int],
+                      overrides: list[str]) -> dict[str, Any]:
+    """What the protocol's runs are: its mode, the percentages it trains (``--mode adapt``: the
+    non-zero ones) and seeds, sorted, and its training overrides as `job_identity` reads them
+    (``resume``, ``paths.*``, ``hydra.*`` and the other settings that change no result left out)."""
+    return {"mode": mode, "percents": sorted(percents), "seeds": sorted(seeds), "overrides": job_identity(overrides)}
+
+
+def shown(key: str, value: Any) -> str:
+    """A recorded setting as the error shows it: numbers as ``--percents`` takes them, overrides
+    as `job_identity` writes them."""
+    if key in ("percents", "seeds") and isinstance(value, list):
+        return ",".join(f"{v:g}" if isinstance(v, (int, float)) else str(v) for v in value) or "(none)"
+    if key == "overrides" and isinstance(value, list):
+        return " ".join(map(str, value)) or "(none)"
+    return str(value)
+
+
+def changed_settings(stored: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The settings in which ``now`` differs from the ``stored`` record, as ``<option> <there>
+    there, <now> now`` (of the overrides, only those not in both)."""
+    changes = []
+    for key, option in SETTINGS.items():
+        there, here = stored.get(key), now[key]
+        if key == "overrides" and isinstance(there, list):
+            there, here = sorted(set(map(str, there)) - set(here)), sorted(set(here) - set(map(str, there)))
+            if not there and not here:
+                continue
+        elif there == here:
+            continue
+        changes.append(f"{option} {shown(key, there)} there, {shown(key, here)} now")
+    return changes
+
+
+def check_sweep_dir(sweep_dir: Path, settings: dict[str, Any], resume: bool) -> bool:
+    """Whether the protocol continues one started in ``sweep_dir`` (``resume``, and its
+    `PROTOCOL_FILE` records ``settings``); False for a new or empty one. `ConfigError` (see the
+    module docstring) for one it must neither start in nor continue."""
+    record = sweep_dir / PROTOCOL_FILE
+    earlier = [run.path for run in walk(sweep_dir)] if sweep_dir.is_dir() else []
+    if not resume:
+        if record.is_file():
+            raise ConfigError(f"hydra.sweep.dir {sweep_dir} holds a protocol started earlier ({record}, "
+                              f"{len(earlier)} run(s)): continue it with resume=true, or choose a new sweep directory")
+        if earlier:
+            raise ConfigError(f"hydra.sweep.dir {sweep_dir} already holds {len(earlier)} run(s) (e.g. {earlier[0]}): "
+                              "the study would pool them with this protocol's; choose a new sweep directory")
+        return False
+    if not record.is_file():
+        if earlier:
+            raise ConfigError(f"hydra.sweep.dir {sweep_dir} holds {len(earlier)} run(s) (e.g. {earlier[0]}) but no "
+                              f"{PROTOCOL_FILE}, so they are not known to be this protocol's: resume=true continues a "
+                              "protocol in the sweep directory it started; choose a new sweep directory")
+        return False
+    if changes := changed_settings(read_json_object(record), settings):
+        raise ConfigError(f"hydra.sweep.dir {sweep_dir} holds a protocol with other settings ({'; '.join(changes)}; "
+                          f"{record}): resume=true continues it only with the settings it started with; choose a "
+                          "new sweep directory for these")
+    return True
+
+
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     parser = CommandLineParser(prog="python -m robustnlu.efficiency", description=__doc__.split("\n\n")[0],
@@ -100,13 +177,16 @@ def main(argv: list[str] | None = None) -> int:
     train = training_overrides(args.overrides)
     cfg = compose_run_config(train)
     sweep_dir = Path(cfg.hydra.sweep.dir)  # resolved once: every stage writes below it
-    earlier = [run.path for run in walk(sweep_dir)] if sweep_dir.is_dir() else []
-    if earlier:
-        raise ConfigError(f"hydra.sweep.dir {sweep_dir} already holds {len(earlier)} run(s) (e.g. {earlier[0]}): the "
-                          "study would pool them with this protocol's; choose a new sweep directory")
+    percents = [p for p in args.percents if args.mode == "joint" or p > 0]
+    settings = protocol_settings(args.mode, percents, args.seeds, train)
+    if not check_sweep_dir(sweep_dir, settings, bool(cfg.resume)):
+        try:
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ConfigError(f"hydra.sweep.dir: cannot create {sweep_dir}: {err.strerror or err}") from None
+        atomic_write_json(sweep_dir / PROTOCOL_FILE, settings)
     train = [o for o in train if not o.startswith("hydra.sweep.dir=")]
     seeds = ",".join(map(str, args.seeds))
-    percents = [p for p in args.percents if args.mode == "joint" or p > 0]
     pct = ",".join(f"{p:g}" for p in percents)
     if args.mode == "joint":
         run_multirun([*train, f"efficiency.percent={pct}", f"seed={seeds}", f"hydra.sweep.dir={sweep_dir}", SUBDIR])

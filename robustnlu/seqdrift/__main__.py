@@ -12,6 +12,14 @@ clusters, a few utterances each, like the paper's Table 5; it is rewritten to th
 and drift config on this machine and compares it with the shipped canonical one
 (`robustnlu.seqdrift.shipped`): exit 0 if identical, 1 if not (with the adjusted Rand index).
 
+While it runs, the run directory (a sweep's job folder) holds ``run.lock``, the pid and host of
+its process, as a training run's does (conf/seqdrift.yaml's ``hydra.callbacks.run_dir.lock``,
+`robustnlu.rundir_claim`); it is removed when the app ends, so a finished folder holds the files
+above and Hydra's, not the lock. ``python -m robustnlu.sweep status`` reads it to tell a running
+job from one whose process is gone; a second process into the same folder is refused with one line
+naming the holder, and the lock of a process of this host that is gone is taken over
+(`robustnlu.runlock`).
+
 Bad input or options print one line ``error: ...`` and exit with code 2 (no traceback, no run
 directory left behind).
 """

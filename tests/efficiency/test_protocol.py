@@ -16,6 +16,7 @@ from integration_helpers import FAST, REPO, cli_env, compose_config, file_bytes,
 from robustnlu.config_schema import check_config
 from robustnlu.data.readers import load_corpus
 from robustnlu.paths import shipped_config
+from robustnlu.efficiency.__main__ import PROTOCOL_FILE, protocol_settings, training_overrides
 from robustnlu.efficiency.subsets import efficiency_split, nested_subset
 from robustnlu.errors import ConfigError
 from robustnlu.rundir import RunDir
@@ -79,12 +80,17 @@ def test_bad_efficiency_settings_are_config_errors(topv2_cut):
         efficiency_split(dataset(topv2_cut), efficiency(mode="adapt"), REPO)
 
 
+def protocol_overrides(topv2_cut, tmp_path) -> list[str]:
+    """The overrides `protocol` gives: the cut, the tiny encoder, into ``<tmp_path>/sweep``."""
+    return ["target=weather", f"dataset.path={topv2_cut}", "efficiency.sources=[alarm,timer]", "encoder=tiny",
+            "~callbacks.progress_bar", "trainer.enable_progress_bar=false", "trainer.max_epochs=2", "optimizer.lr=5e-3",
+            "data.batch_size=16", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+
+
 def protocol(topv2_cut, tmp_path, *args):
-    """``python -m robustnlu.efficiency`` on the cut with the tiny encoder, into ``<tmp_path>/sweep``."""
-    cmd = [sys.executable, "-m", "robustnlu.efficiency", *args, "target=weather", f"dataset.path={topv2_cut}",
-           "efficiency.sources=[alarm,timer]", "encoder=tiny", "~callbacks.progress_bar",
-           "trainer.enable_progress_bar=false", "trainer.max_epochs=2", "optimizer.lr=5e-3", "data.batch_size=16",
-           f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    """``python -m robustnlu.efficiency`` on the cut with the tiny encoder, into ``<tmp_path>/sweep``
+    (``args``: its options and more overrides, before `protocol_overrides`)."""
+    cmd = [sys.executable, "-m", "robustnlu.efficiency", *args, *protocol_overrides(topv2_cut, tmp_path)]
     return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900, env=cli_env())
 
 
@@ -214,3 +220,70 @@ def test_a_sweep_directory_that_holds_runs_is_refused(topv2_cut, tmp_path):
     assert proc.stderr == (f"error: hydra.sweep.dir {tmp_path / 'sweep'} already holds 1 run(s) (e.g. {earlier}): the "
                            "study would pool them with this protocol's; choose a new sweep directory\n")
     assert file_bytes(tmp_path / "sweep") == {"joint-100pct-seed0-0123abcd/results.json": b'{"seed": 0}'}
+
+
+def finished_files(sweep: Path) -> dict[str, tuple[bytes, int]]:
+    """Each finished run's results.json and checkpoints under ``sweep``: bytes and mtime."""
+    files = [p for results in sorted(sweep.rglob("results.json"))
+             for p in (results, *sorted((results.parent / "checkpoints").iterdir()))]
+    return {str(p.relative_to(sweep)): (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
+
+
+def test_a_protocol_stopped_after_its_source_stage_is_continued_with_resume_true(topv2_cut, tmp_path):
+    """~1 min (three tiny trainings): ``--mode adapt`` runs whole; its adapt stage and answers are
+    then removed, which leaves the sweep directory as a protocol stopped between its two stages
+    leaves it (protocol.json and the finished source run). The same command refuses it; with
+    resume=true it continues: the source run returns its stored result (its files untouched), the
+    adapt stage trains, into the folders it had, and the report is the uninterrupted protocol's."""
+    args = ("--mode", "adapt", "--percents", "25", "--seeds", "0")
+    _, sweep = run_protocol(topv2_cut, tmp_path, *args)
+    report = {name: (sweep / "efficiency" / name).read_bytes() for name in ("efficiency.json", "efficiency.md")}
+    adapted = sorted(p.relative_to(sweep) for p in (sweep / "adapt").glob("*/*/results.json"))
+    assert len(adapted) == 1
+    source = finished_files(sweep / "source")
+    assert len(source) >= 2 and json.loads((sweep / PROTOCOL_FILE).read_text()) == protocol_settings(
+        "adapt", [25], [0], training_overrides(protocol_overrides(topv2_cut, tmp_path)))
+    shutil.rmtree(sweep / "adapt")
+    shutil.rmtree(sweep / "efficiency")
+    stopped = file_bytes(sweep)
+
+    refused = protocol(topv2_cut, tmp_path, *args)
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: hydra.sweep.dir {sweep} holds a protocol started earlier ({sweep / PROTOCOL_FILE}, 1 run(s)): "
+        "continue it with resume=true, or choose a new sweep directory\n")
+    assert file_bytes(sweep) == stopped
+
+    proc, _ = run_protocol(topv2_cut, tmp_path, *args, "resume=true")
+    assert proc.stdout.count("has finished; its stored results.json is the result") == 1  # the source run
+    assert finished_files(sweep / "source") == source
+    assert sorted(p.relative_to(sweep) for p in (sweep / "adapt").glob("*/*/results.json")) == adapted
+    assert {name: (sweep / "efficiency" / name).read_bytes() for name in report} == report
+
+
+def test_resume_true_refuses_a_protocol_with_other_settings_or_runs_it_has_no_record_of(topv2_cut, tmp_path):
+    """Before anything is written: the sweep directory's protocol.json records the joint protocol
+    at --percents 0,100; resume=true with --percents 0,50 and efficiency.valid=full (or --mode
+    adapt and another seed) is refused, naming each difference; a sweep directory with a run but
+    no protocol.json is refused under resume=true too."""
+    sweep = tmp_path / "sweep"
+    run = sweep / "joint-100pct-seed0-0123abcd"
+    run.mkdir(parents=True)
+    (run / "results.json").write_text('{"seed": 0}')
+    refused = protocol(topv2_cut, tmp_path, "--percents", "0,100", "resume=true")
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: hydra.sweep.dir {sweep} holds 1 run(s) (e.g. {run}) but no {PROTOCOL_FILE}, so they are not known "
+        "to be this protocol's: resume=true continues a protocol in the sweep directory it started; choose a new "
+        "sweep directory\n")
+    settings = protocol_settings("joint", [100, 0], [0], training_overrides(protocol_overrides(topv2_cut, tmp_path)))
+    (sweep / PROTOCOL_FILE).write_text(json.dumps(settings))
+    before = file_bytes(sweep)
+    refused = protocol(topv2_cut, tmp_path, "--percents", "50,0", "resume=true", "efficiency.valid=full")
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: hydra.sweep.dir {sweep} holds a protocol with other settings (--percents 0,100 there, 0,50 now; "
+        'overrides (none) there, efficiency.valid="full" now; '
+        f"{sweep / PROTOCOL_FILE}): resume=true continues it only with the settings it started with; choose a new "
+        "sweep directory for these\n")
+    refused = protocol(topv2_cut, tmp_path, "--mode", "adapt", "--percents", "0,100", "--seeds", "1", "resume=true")
+    assert refused.returncode == 2 and "(--mode joint there, adapt now; --percents 0,100 there, 100 now; " \
+        "--seeds 0 there, 1 now; " in refused.stderr and refused.stderr.count("\n") == 1
+    assert file_bytes(sweep) == before
