@@ -59,7 +59,12 @@ class LastCheckpoint(Checkpoint):
     """``last.ckpt`` for resuming: after each epoch's validation and mid-epoch when due.
 
     A `Checkpoint` subclass, so Lightning calls it after the other callbacks (the best-model
-    checkpoint and early stopping have updated their state for the epoch when it is saved)."""
+    checkpoint and early stopping have updated their state for the epoch when it is saved).
+
+    Its state in a checkpoint is the run's ``fit_time_s``: the seconds of ``trainer.fit`` up to
+    the save, over every session of the run (a resumed run adds its own to the one it resumed
+    from), so that a resumed run's record can say how long the sessions before took
+    (`ResumePoint.fit_time_s`)."""
 
     def __init__(self, dirpath: str, every_n_train_steps: int | None = None, every_minutes: float | None = 10.0):
         if not every_n_train_steps and not every_minutes:
@@ -68,6 +73,18 @@ class LastCheckpoint(Checkpoint):
         self.every_n_train_steps = every_n_train_steps
         self.every_minutes = every_minutes
         self.saved_at = time.monotonic()
+        self.fit_started = time.monotonic()  # this session's trainer.fit (`setup`)
+        self.fit_time_before = 0.0  # the sessions' before the resume, from last.ckpt (`load_state_dict`)
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage == "fit":
+            self.fit_started = time.monotonic()
+
+    def state_dict(self) -> dict[str, float]:
+        return {"fit_time_s": round(self.fit_time_before + time.monotonic() - self.fit_started, 1)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.fit_time_before = float(state_dict.get("fit_time_s", 0.0))
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.saved_at = time.monotonic()
@@ -97,12 +114,17 @@ class ResumePoint:
     checkpoint: Path | None = None
     global_step: int = 0
     epoch: int = 0
+    #: the ``trainer.fit`` seconds of the sessions before, up to the checkpoint (`LastCheckpoint`);
+    #: None for a checkpoint that does not record them
+    fit_time_s: float | None = None
 
     def record(self) -> dict[str, Any] | None:
-        """For results.json / status.json: where this run continued from."""
+        """For results.json / status.json: where this run continued from (and, where its
+        checkpoint records it, the fit time before it)."""
         if self.checkpoint is None:
             return None
-        return {"checkpoint": str(LAST_CHECKPOINT), "global_step": self.global_step, "epoch": self.epoch}
+        where = {"checkpoint": str(LAST_CHECKPOINT), "global_step": self.global_step, "epoch": self.epoch}
+        return where if self.fit_time_s is None else {**where, "fit_time_s": self.fit_time_s}
 
 
 def requeued() -> bool:
@@ -174,7 +196,9 @@ def resume_point(out_dir: Path, resume: bool) -> ResumePoint:
         meta = read_checkpoint(last, mmap=True)
     except DataError as err:
         raise ResumeError(f"resume=true: {err} (move it away to start the run afresh)") from None
-    return ResumePoint(checkpoint=last, global_step=int(meta["global_step"]), epoch=int(meta["epoch"]))
+    clock = (meta.get("callbacks") or {}).get(LastCheckpoint.__qualname__) or {}
+    return ResumePoint(checkpoint=last, global_step=int(meta["global_step"]), epoch=int(meta["epoch"]),
+                       fit_time_s=clock.get("fit_time_s"))
 
 
 def discard_last_checkpoint(out_dir: Path) -> None:

@@ -333,7 +333,7 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         "device": device_record(trainer.strategy.root_device, trainer.world_size),  # what it trained on
         "resumed_from": resume.record(),
         "resume_overrides": overridden or None,  # settings changed on resume (+resume_override), stored -> now
-        "wall_time_s": round(time.time() - started, 1),  # of this session (since the resume)
+        "wall_time_s": round(time.time() - started, 1),  # of this session (the sessions before: resumed_from's fit_time_s)
         "fit_time_s": round(fit_time, 1),  # trainer.fit (training + per-epoch validation) of this session
         "versions": versions(),
         "config": config,

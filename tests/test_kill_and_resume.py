@@ -9,13 +9,14 @@ import io
 import json
 import signal
 import subprocess
+import time
 
 import pytest
 import torch
 
 from integration_helpers import FAST, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu.checkpoint import HYPER_PARAMETERS
-from robustnlu.resume import ResumePoint, resume_point
+from robustnlu.resume import LastCheckpoint, ResumePoint, resume_point
 
 STEPS_PER_EPOCH = 15  # 240 training utterances in batches of 16
 #: a learning rate at which 3 epochs of the tiny encoder learn something (with FAST's 5e-3 the
@@ -47,13 +48,17 @@ def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_result(sample, tmp_
     assert done.returncode == 0, done.stderr[-3000:]
 
     kill_step = STEPS_PER_EPOCH + 7  # epoch 1, batch 7: two steps after the mid-epoch checkpoint at step 20
+    started = time.monotonic()
     dead = train(sample, killed, "+callbacks.kill._target_=integration_helpers.KillAtStep",
                  f"+callbacks.kill.step={kill_step}", "logger=wandb")
+    killed_for = time.monotonic() - started
     assert dead.returncode == -signal.SIGKILL
     assert read(killed, "status.json")["state"] == "running" and not (killed / "results.json").exists()
     ckpt = torch.load(killed / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
     assert ckpt["global_step"] == 20 and ckpt["epoch"] == 1
     assert ckpt["SLUDataModule"] == {"sampler_epoch": 1, "batches_done": 20 - STEPS_PER_EPOCH}
+    fit_before = ckpt["callbacks"]["LastCheckpoint"]["fit_time_s"]  # trainer.fit up to the save at step 20
+    assert 0 < fit_before < killed_for  # less than the killed process lived: its start-up is not fit time
 
     # the killing callback is a setting of the killed run only: named as one that may change
     resumed = train(sample, killed, "resume=true", "logger=wandb", "+resume_override=[callbacks.kill]")
@@ -61,7 +66,8 @@ def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_result(sample, tmp_
     runs = sorted((killed / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and len({r.name.rsplit("-", 1)[1] for r in runs}) == 1  # one W&B run, continued
     a, b = read(straight, "results.json"), read(killed, "results.json")
-    assert b["resumed_from"] == {"checkpoint": "checkpoints/last.ckpt", "global_step": 20, "epoch": 1}
+    assert b["resumed_from"] == {"checkpoint": "checkpoints/last.ckpt", "global_step": 20, "epoch": 1,
+                                 "fit_time_s": fit_before}
     assert a["resumed_from"] is None
     assert a["optimizer_fused"] is True and b["optimizer_fused"] is True  # optimizer.fused=auto on the CPU
     assert b["epochs_trained"] == a["epochs_trained"] and b["best_checkpoint"] == a["best_checkpoint"]
@@ -112,6 +118,22 @@ def test_without_resume_a_run_starts_from_scratch_even_where_a_checkpoint_is(run
     assert resume_point(run_dir, resume=True) == ResumePoint(checkpoint=run_dir / "checkpoints" / "last.ckpt",
                                                             global_step=7, epoch=0)
     assert resume_point(run_dir / "elsewhere", resume=True) == ResumePoint()  # nothing there yet: start
+
+
+def test_a_resumed_run_records_the_fit_time_of_the_sessions_before(run_dir):
+    """The fit time a checkpoint records (LastCheckpoint's state) is the resumed run's
+    ``resumed_from.fit_time_s``; a session resumed from it saves the sum of both, so over several
+    resumes it adds up. A checkpoint that records none (written before the clock) gives None."""
+    assert resume_point(run_dir, resume=True).record() == {"checkpoint": "checkpoints/last.ckpt", "global_step": 7,
+                                                           "epoch": 0}
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    torch.save({**ckpt, "callbacks": {"LastCheckpoint": {"fit_time_s": 12.5}}}, run_dir / "checkpoints" / "last.ckpt")
+    point = resume_point(run_dir, resume=True)
+    assert point.fit_time_s == 12.5 and point.record()["fit_time_s"] == 12.5
+    clock = LastCheckpoint(str(run_dir / "checkpoints"))
+    clock.load_state_dict({"fit_time_s": 12.5})
+    clock.fit_started = time.monotonic() - 3.0  # this session has been fitting for 3 s
+    assert clock.state_dict()["fit_time_s"] == pytest.approx(15.5, abs=0.2)
 
 
 def test_a_requeued_slurm_job_resumes_without_being_asked(run_dir, monkeypatch):

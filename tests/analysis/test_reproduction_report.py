@@ -285,28 +285,35 @@ def test_a_curve_with_epochs_lost_by_an_old_resume_leaves_them_blank(records, tm
 
 
 def test_every_resumed_record_is_disclosed_with_its_wall_time_and_curve(records, tmp_path):
-    """A run resumed from its last.ckpt (results.json resumed_from) with a complete log, and one whose
-    log lost its first epochs: both named, with the epoch and step they continued from, the wall time
-    that counts only the part after the resume and what each log lacks; the hardware table counts
-    them. A run trained in one go is not named."""
+    """Three resumed records: one whose checkpoint recorded the fit time before the resume (its wall
+    time adds it, in the disclosure and the hardware table), one that did not (its wall time is the
+    session after the resume, said so), and one whose log also lost its first epochs. Each named
+    with the epoch and step it continued from and what its log lacks; a run trained in one go is
+    not named."""
     names = [study.PlannedRun(Scenario("snips", "slot_value", False, "ood"), "erm", s).name for s in (0, 1)]
+    names.append(study.PlannedRun(Scenario("snips", "slot_context", False, "iid"), "erm", 0).name)
     for name in names:
         shutil.copytree(records / name, tmp_path / name)
     assert not any(results(tmp_path, n).get("resumed_from") for n in names)
     assert disclosures_markdown(reproduction.read_records(tmp_path)).count("was resumed") == 0
-    complete, lossy = names
-    for name, epoch, step in ((complete, 6, 2541), (lossy, 1, 726)):
-        record = results(tmp_path, name) | {"resumed_from": {"checkpoint": "checkpoints/last.ckpt", "epoch": epoch,
-                                                              "global_step": step}}
+    hours = float(table_row(hardware_markdown(reproduction.read_records(tmp_path)), "A")[2])
+    clocked, unclocked, lossy = names
+    for name, epoch, step, fit in ((clocked, 6, 2541, 900.0), (unclocked, 6, 2541, None), (lossy, 1, 726, None)):
+        where = {"checkpoint": "checkpoints/last.ckpt", "epoch": epoch, "global_step": step}
+        record = results(tmp_path, name) | {"resumed_from": where | ({"fit_time_s": fit} if fit else {})}
         (tmp_path / name / "results.json").write_text(json.dumps(record))
     log = (tmp_path / lossy / "metrics.csv").read_text().splitlines()
     (tmp_path / lossy / "metrics.csv").write_text("\n".join([log[0], *[line for line in log[1:] if int(line.split(",")[0]) >= 2]]) + "\n")
     loaded = reproduction.read_records(tmp_path)
     lines = {line.split("`")[1]: line for line in disclosures_markdown(loaded).splitlines() if "was resumed" in line}
     after = "its wall time counts the training after the resume only"
-    assert lines[complete] == f"- `{complete}` was resumed from a checkpoint taken in epoch 7 (optimizer step 2541); {after}; its log is complete"
+    assert lines[clocked] == (f"- `{clocked}` was resumed from a checkpoint taken in epoch 7 (optimizer step 2541); its wall "
+                              "time adds the 15.0 minutes its sessions before trained up to that checkpoint; its log is complete")
+    assert lines[unclocked] == f"- `{unclocked}` was resumed from a checkpoint taken in epoch 7 (optimizer step 2541); {after}; its log is complete"
     assert lines[lossy] == f"- `{lossy}` was resumed from a checkpoint taken in epoch 2 (optimizer step 726); {after}; its log lacks epochs 1, 2"
-    assert "(2 records:" in hardware_markdown(loaded)
+    table = hardware_markdown(loaded)
+    assert "The wall time of 2 of the 3 resumed records is their training after the resume only" in table
+    assert float(table_row(table, "A")[2]) == pytest.approx(hours + 900 / 3600, abs=0.051)  # shown to 0.1 hour
 
 
 def test_the_last_epoch_gains_of_every_method_compared(records, report):

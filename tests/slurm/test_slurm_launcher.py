@@ -202,6 +202,7 @@ def test_a_slurm_job_signalled_mid_epoch_is_requeued_and_resumes_to_the_uninterr
             for path in sweep_dir.glob("*/results.json")}
     assert sorted(runs) == [0, 1], out[-3000:]
     resumed, straight = (json.loads((runs[n] / "results.json").read_text()) for n in (0, 1))
+    assert resumed["resumed_from"].pop("fit_time_s") > 0  # the session before the requeue, up to its last.ckpt
     assert resumed["resumed_from"] == {"checkpoint": "checkpoints/last.ckpt", "global_step": 12, "epoch": 1}
     assert straight["resumed_from"] is None
     assert json.loads((runs[0] / "status.json").read_text())["state"] == "finished"

@@ -276,16 +276,19 @@ def budgets_markdown(plateau: Sequence[dict[str, Any]], fixed: Sequence[dict[str
 def resumed_markdown(name: str, run: Run) -> str | None:
     """The disclosure line of a record whose run was resumed (``results.json`` resumed_from) or whose
     per-epoch log lacks epochs (resumed before `robustnlu.resume.ResumableCSVLogger`): where it
-    continued from, that its wall time is the part after the resume (``wall_time_s`` counts the
-    session that finished it), and which epochs its curve lacks. None for a run trained in one go."""
+    continued from, its wall time (`wall_time_s`: the session that finished it, plus the fit time of
+    the sessions before where its checkpoint recorded it) and which epochs its curve lacks. None for
+    a run trained in one go."""
     resumed = run.results.get("resumed_from")
     missing = [str(e + 1) for e, v in enumerate(valid_curve(run)) if v is None]
     if not resumed and not missing:
         return None
     line = f"- `{name}` was resumed"
     if resumed:
-        line += (f" from a checkpoint taken in epoch {resumed['epoch'] + 1} (optimizer step "
-                 f"{resumed['global_step']}); its wall time counts the training after the resume only")
+        line += f" from a checkpoint taken in epoch {resumed['epoch'] + 1} (optimizer step {resumed['global_step']}); "
+        before = resumed.get("fit_time_s")
+        line += ("its wall time counts the training after the resume only" if before is None else
+                 f"its wall time adds the {before / 60:.1f} minutes its sessions before trained up to that checkpoint")
     lacks = f"lacks epoch{'s' if len(missing) > 1 else ''} {', '.join(missing)}" if missing else "is complete"
     return f"{line}; its log {lacks}"
 
@@ -393,20 +396,29 @@ def _machine(records: Records, name: str) -> str:
 
 
 def hardware_markdown(records: Records) -> str:
-    """Per part (as ``meta.json`` records it): runs, wall time, hardware; the count of resumed records,
-    whose wall time is the part after the resume."""
+    """Per part (as ``meta.json`` records it): runs, wall time (`wall_time_s`), hardware; the count of
+    resumed records whose wall time lacks the sessions before the resume."""
     part_of = {name: str(records.meta[name].get("part", "?")) for name in records.runs}
     rows = []
     for part in sorted(set(part_of.values())):
         names = [n for n in records.runs if part_of[n] == part]
-        walls = [float(records.meta[n]["wall_time_s"]) for n in names if "wall_time_s" in records.meta[n]]
+        walls = [wall_time_s(records, n) for n in names if "wall_time_s" in records.meta[n]]
         machines = Counter(_machine(records, n) for n in names)
         rows.append([part, len(names), fmt(sum(walls) / 3600, 1) if walls else "",
                      fmt(float(np.median(walls)) / 60, 1) if walls else "",
                      "; ".join(f"{m} ({n})" for m, n in sorted(machines.items()))])
     table = markdown(["part", "runs recorded", "wall time (hours)", "median per run (minutes)", "hardware (runs)"], rows)
-    resumed = sum(1 for run in records.runs.values() if run.results.get("resumed_from"))
-    if resumed:
-        table += (f"\nA resumed run's wall time is its training after the resume ({resumed} records: "
-                  "[Records trained or logged differently](#records-trained-or-logged-differently)).\n")
+    resumed = [run.results["resumed_from"] for run in records.runs.values() if run.results.get("resumed_from")]
+    partial = sum(1 for r in resumed if r.get("fit_time_s") is None)
+    if partial:
+        table += (f"\nThe wall time of {partial} of the {len(resumed)} resumed records is their training after the "
+                  "resume only: their checkpoints did not record the sessions before ([Records trained or logged "
+                  "differently](#records-trained-or-logged-differently)).\n")
     return table
+
+
+def wall_time_s(records: Records, name: str) -> float:
+    """A record's wall time: its last session's (``meta.json``), plus the fit time of the sessions
+    before a resume where its checkpoint recorded it (``resumed_from.fit_time_s``)."""
+    before = (records.runs[name].results.get("resumed_from") or {}).get("fit_time_s") or 0.0
+    return float(records.meta[name]["wall_time_s"]) + float(before)
