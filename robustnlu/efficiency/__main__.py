@@ -176,7 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     check_protocol(args.percents, args.seeds)
     train = training_overrides(args.overrides)
     cfg = compose_run_config(train)
-    sweep_dir = Path(cfg.hydra.sweep.dir)  # resolved once: every stage writes below it
+    # resolved once, absolute: every stage writes below it, and the adapt runs' efficiency.init_from
+    # (part of their job identity) and the report's curve folders do not depend on its spelling, so
+    # a protocol continued with resume=true from another working directory finds its runs again
+    sweep_dir = Path(cfg.hydra.sweep.dir).resolve()
     percents = [p for p in args.percents if args.mode == "joint" or p > 0]
     settings = protocol_settings(args.mode, percents, args.seeds, train)
     if not check_sweep_dir(sweep_dir, settings, bool(cfg.resume)):

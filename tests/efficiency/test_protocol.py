@@ -87,15 +87,18 @@ def protocol_overrides(topv2_cut, tmp_path) -> list[str]:
             "data.batch_size=16", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
 
 
-def protocol(topv2_cut, tmp_path, *args):
+def protocol(topv2_cut, tmp_path, *args, relative=False):
     """``python -m robustnlu.efficiency`` on the cut with the tiny encoder, into ``<tmp_path>/sweep``
-    (``args``: its options and more overrides, before `protocol_overrides`)."""
-    cmd = [sys.executable, "-m", "robustnlu.efficiency", *args, *protocol_overrides(topv2_cut, tmp_path)]
+    (``args``: its options and more overrides, before `protocol_overrides`; ``relative``: the sweep
+    directory spelled relative to ``tmp_path``, the command's working directory)."""
+    overrides = [("hydra.sweep.dir=sweep" if relative and o.startswith("hydra.sweep.dir=") else o)
+                 for o in protocol_overrides(topv2_cut, tmp_path)]
+    cmd = [sys.executable, "-m", "robustnlu.efficiency", *args, *overrides]
     return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900, env=cli_env())
 
 
-def run_protocol(topv2_cut, tmp_path, *args):
-    proc = protocol(topv2_cut, tmp_path, *args)
+def run_protocol(topv2_cut, tmp_path, *args, relative=False):
+    proc = protocol(topv2_cut, tmp_path, *args, relative=relative)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, tmp_path / "sweep"
 
@@ -234,7 +237,8 @@ def test_a_protocol_stopped_after_its_source_stage_is_continued_with_resume_true
     then removed, which leaves the sweep directory as a protocol stopped between its two stages
     leaves it (protocol.json and the finished source run). The same command refuses it; with
     resume=true it continues: the source run returns its stored result (its files untouched), the
-    adapt stage trains, into the folders it had, and the report is the uninterrupted protocol's."""
+    adapt stage trains, into the folders it had (though the sweep directory is spelled relative to
+    the working directory now, absolute before), and the report is the uninterrupted protocol's."""
     args = ("--mode", "adapt", "--percents", "25", "--seeds", "0")
     _, sweep = run_protocol(topv2_cut, tmp_path, *args)
     report = {name: (sweep / "efficiency" / name).read_bytes() for name in ("efficiency.json", "efficiency.md")}
@@ -253,7 +257,7 @@ def test_a_protocol_stopped_after_its_source_stage_is_continued_with_resume_true
         "continue it with resume=true, or choose a new sweep directory\n")
     assert file_bytes(sweep) == stopped
 
-    proc, _ = run_protocol(topv2_cut, tmp_path, *args, "resume=true")
+    proc, _ = run_protocol(topv2_cut, tmp_path, *args, "resume=true", relative=True)
     assert proc.stdout.count("has finished; its stored results.json is the result") == 1  # the source run
     assert finished_files(sweep / "source") == source
     assert sorted(p.relative_to(sweep) for p in (sweep / "adapt").glob("*/*/results.json")) == adapted
