@@ -6,7 +6,7 @@ columns come from `robustnlu.metrics.registry`; the writer is `robustnlu.tables`
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from robustnlu.analysis.runs import BASELINE
@@ -21,22 +21,26 @@ def _present(stats: Sequence[MethodStats]) -> list[str]:
     return [k for k in TABLE10 if any(not math.isnan(s.stats[k][0]) for s in stats)]
 
 
-def scenario_table(stats: Sequence[MethodStats]) -> tuple[str, str]:
-    """(Markdown, CSV) of the per-scenario and method means ± std over the models, in %."""
+def scenario_table(stats: Sequence[MethodStats],
+                   extra: tuple[str, Callable[[MethodStats], str]] | None = None) -> tuple[str, str]:
+    """(Markdown, CSV) of the per-scenario and method means ± std over the models, in %;
+    ``extra``: a last column (its title, and its cell of a row's models)."""
     metrics = _present(stats)
     md_rows, csv_rows = [], []
     for s in stats:
         sc = s.scenario
+        last = [extra[1](s)] if extra else []
         md_rows.append([sc.dataset, sc.drift, sc.amount, sc.validation, s.method, s.n]
                        + [f"{fmt(s.stats[k][0])} ± {fmt(s.stats[k][1])}".removesuffix(" ± ")
-                          for k in metrics])
+                          for k in metrics] + last)
         csv_rows.append([sc.dataset, sc.drift, sc.amount, sc.validation, s.method, s.n]
-                        + [x for k in metrics for x in (fmt(s.stats[k][0], 4), fmt(s.stats[k][1], 4))])
+                        + [x for k in metrics for x in (fmt(s.stats[k][0], 4), fmt(s.stats[k][1], 4))] + last)
     head = ["dataset", "drift", "amount", "validation", "method", "n models"]
-    md = markdown(head + [f"{METRICS[k].title} ({METRICS[k].unit})" for k in metrics], md_rows)
+    title = [extra[0]] if extra else []
+    md = markdown(head + [f"{METRICS[k].title} ({METRICS[k].unit})" for k in metrics] + title, md_rows)
     floor = stats[0].min_cluster_size if stats else None
-    csv = csv_text(head[:5] + ["n_models"] + [f"{at_floor(k, floor)}_{x}" for k in metrics for x in ("mean", "std")],
-                   csv_rows)
+    csv = csv_text(head[:5] + ["n_models"] + [f"{at_floor(k, floor)}_{x}" for k in metrics for x in ("mean", "std")]
+                   + title, csv_rows)
     return md, csv
 
 

@@ -20,6 +20,7 @@ from integration_helpers import file_bytes  # noqa: E402
 
 from robustnlu import reproduce  # noqa: E402
 from robustnlu.analysis.runs import Run  # noqa: E402
+from robustnlu.analysis.statistics import MethodStats  # noqa: E402
 from robustnlu.analysis.significance import (  # noqa: E402
     approximate_randomization,
     counts_array,
@@ -30,7 +31,7 @@ from robustnlu.rundir import read_predictions  # noqa: E402
 from robustnlu.scenario import Scenario  # noqa: E402
 from robustnlu.studies.seqdrift_dro import plan as study, report as reproduction  # noqa: E402
 from robustnlu.studies.seqdrift_dro.tables import (  # noqa: E402
-    at_plateau, disclosures_markdown, hardware_markdown, last_epoch_gain, valid_curve, valid_curves_markdown)
+    adamw_kernels, at_plateau, disclosures_markdown, hardware_markdown, last_epoch_gain, valid_curve, valid_curves_markdown)
 
 FIXTURE = Path(__file__).parent / "reproduction_record"
 # rows (of 50) each method gets right: ERM 20%, TopK 60% (better), TopK-Group 20% on other rows, TopK-AE none
@@ -282,6 +283,23 @@ def test_a_curve_with_epochs_lost_by_an_old_resume_leaves_them_blank(records, tm
     assert table_row(table, name)[1:3] == ["", ""] and table_row(table, name)[3] == f"{expected[0]:.2f}"
     assert "lost the epochs trained before the resume" in table
     assert "lost the epochs" not in valid_curves_markdown([reproduction.read_records(records).runs[name]])
+
+
+def test_the_per_scenario_table_gives_each_rows_adamw_kernel_per_seed_where_they_differ(report):
+    """A row whose models all trained with one kernel names it; a row of mixed kernels names each
+    seed's. In the report: every row's kernels are its records' (`optimizer_fused`)."""
+    def row(*fused):
+        return MethodStats(Scenario("snips", "slot_value", False, "iid"), "erm",
+                           [Run(Path(f"r{seed}"), {"seed": seed, "optimizer_fused": f}) for seed, f in enumerate(fused)], {})
+    assert [adamw_kernels(row(*f)) for f in ((True, True), (False,), (False, True))] == [
+        "fused", "loop", "loop (seed 0), fused (seed 1)"]
+    text = section((report / "report.md").read_text(), "Q4").split("### Per scenario", 1)[1].split("Relative change", 1)[0]
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    assert lines[0].rstrip(" |").endswith("| AdamW kernel")
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    # the fixture: seed 0's records trained with the loop, seed 1's fused
+    assert {row[5]: {row[-1] for row in rows if row[5] == n} for n in ("1", "2") for row in rows if row[5] == n} == {
+        "1": {"loop"}, "2": {"loop (seed 0), fused (seed 1)"}}
 
 
 def test_every_resumed_record_is_disclosed_with_its_wall_time_and_curve(records, tmp_path):

@@ -273,6 +273,15 @@ def budgets_markdown(plateau: Sequence[dict[str, Any]], fixed: Sequence[dict[str
                      "fixed budget: COMBINED vs ERM %", "fixed budget: sig. better / worse"], rows)
 
 
+def adamw_kernels(stats: MethodStats) -> str:
+    """The AdamW kernel of a per-scenario row's models (``results.json`` optimizer_fused): ``fused``,
+    ``loop`` (PyTorch's per-parameter loop), or per seed where they differ."""
+    kernel = {run.seed: "fused" if run.results.get("optimizer_fused", False) else "loop" for run in stats.runs}
+    if len(set(kernel.values())) == 1:
+        return next(iter(kernel.values()))
+    return ", ".join(f"{k} (seed {seed})" for seed, k in sorted(kernel.items()))
+
+
 def resumed_markdown(name: str, run: Run) -> str | None:
     """The disclosure line of a record whose run was resumed (``results.json`` resumed_from) or whose
     per-epoch log lacks epochs (resumed before `robustnlu.resume.ResumableCSVLogger`): where it
