@@ -16,8 +16,11 @@ other jobs:
   signal ended it; ``resume=true`` continues it from its ``last.ckpt``;
 - ``missing``: no folder holds it (never started, or the sweep was ended before it).
 
-The efficiency protocol's sweeps are training sweeps: ``<sweep dir>``, or with ``--mode adapt``
-``<sweep dir>/source`` and ``<sweep dir>/adapt/seed<N>`` (`robustnlu.efficiency.__main__`). A
+A folder that holds sweeps rather than jobs gets the status of each sweep below it
+(`sweeps_in`; ``--json``: each job's object names its ``sweep``). The efficiency protocol's
+sweeps are training sweeps: ``<sweep dir>``, or with ``--mode adapt`` ``<sweep dir>/source``
+and ``<sweep dir>/adapt/seed<N>``, which ``status <sweep dir>`` lists in turn
+(`robustnlu.efficiency.__main__`). A
 SeqDrift job computes a split and writes it into its folder (`seqdrift_job_state`): ``finished``
 once its last file, the statistics table, is there; ``failed`` and ``missing`` as above. It holds
 its folder's ``run.lock`` while it runs, as a training run does (conf/seqdrift.yaml,
@@ -65,7 +68,7 @@ from robustnlu.io import atomic_write_json, pid_alive
 from robustnlu.rundir import RunDir
 from robustnlu.runlock import holder
 from robustnlu.seqdrift.artifact import STATS_TABLE_FILE
-from robustnlu.sweep_jobs import Sweep, job_hash, override_key, parse_overrides, read_sweep, under
+from robustnlu.sweep_jobs import MULTIRUN_FILE, Sweep, job_hash, override_key, parse_overrides, read_sweep, under
 
 STATES = ("finished", "failed", "running", "interrupted", "missing")
 #: what relaunch runs again
@@ -257,6 +260,16 @@ def sweep_status(path: Path) -> tuple[Sweep | None, list[Job]]:
     return sweep, jobs
 
 
+def sweeps_in(path: Path) -> list[Path]:
+    """The sweeps ``status`` reads for ``path``: ``path`` itself where it is a sweep (its
+    multirun.yaml, or job folders), else the sweeps below it (a folder that holds sweeps rather
+    than jobs, such as the efficiency protocol's ``--mode adapt`` folder: ``source/``,
+    ``adapt/seed<N>/``), in path order; ``path`` alone where there are none (an empty sweep)."""
+    if not path.is_dir() or read_sweep(path) is not None or job_folders(path):
+        return [path]
+    return sorted(record.parent for record in path.rglob(MULTIRUN_FILE) if record.parent != path) or [path]
+
+
 def varying(jobs: Sequence[Job]) -> set[str]:
     """The keys whose overrides are not the same in every job of ``jobs`` (what tells them apart)."""
     seen: dict[str, set[str]] = {}
@@ -395,13 +408,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "relaunch":
         return relaunch(args.sweep_dir, args.dry_run)
-    sweep, jobs = sweep_status(args.sweep_dir)
-    if args.json:
-        for job in jobs:
-            print(json.dumps({"state": job.state, "folder": str(job.folder) if job.folder else None,
-                              "overrides": job.overrides, "error": job.error, "note": job.note, "listed": job.listed}))
-    else:
-        print_status(args.sweep_dir, sweep, jobs)
+    for path in sweeps_in(args.sweep_dir):
+        sweep, jobs = sweep_status(path)
+        if args.json:
+            for job in jobs:
+                print(json.dumps({"sweep": str(path), "state": job.state, "folder": str(job.folder) if job.folder else None,
+                                  "overrides": job.overrides, "error": job.error, "note": job.note,
+                                  "listed": job.listed}))
+        else:
+            print_status(path, sweep, jobs)
     return 0
 
 

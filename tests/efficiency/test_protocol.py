@@ -262,6 +262,14 @@ def test_a_protocol_stopped_after_its_source_stage_is_continued_with_resume_true
     assert finished_files(sweep / "source") == source
     assert sorted(p.relative_to(sweep) for p in (sweep / "adapt").glob("*/*/results.json")) == adapted
     assert {name: (sweep / "efficiency" / name).read_bytes() for name in report} == report
+    # the protocol's folder holds sweeps, not jobs: status reads each of them
+    status = subprocess.run([sys.executable, "-m", "robustnlu.sweep", "status", "--json", str(sweep)],
+                            capture_output=True, text=True, timeout=120, env=cli_env())
+    assert status.returncode == 0, status.stderr
+    jobs = [json.loads(line) for line in status.stdout.splitlines()]
+    assert [(Path(j["sweep"]).relative_to(sweep).as_posix(), j["state"]) for j in jobs] == [
+        ("adapt/seed0", "finished"), ("source", "finished")]
+    assert Path(jobs[0]["folder"]).relative_to(sweep) == adapted[0].parent
 
 
 def test_resume_true_refuses_a_protocol_with_other_settings_or_runs_it_has_no_record_of(topv2_cut, tmp_path):
