@@ -347,6 +347,11 @@ def relaunch_hydra_overrides(sweep: Sweep, path: Path) -> list[str]:
 
 def check_relaunchable(sweep: Sweep | None, path: Path) -> Sweep:
     if sweep is None:
+        below = [p for p in sweeps_in(path) if p != path]
+        if below:  # a folder of sweeps: the command that made them knows how they go together
+            raise ConfigError(f"{path}: holds sweeps, not jobs ({', '.join(str(p.relative_to(path)) for p in below)}): "
+                              "relaunch one of them, or run the command that made them again with resume=true and "
+                              "hydra.sweep.dir=<this folder> (the efficiency protocol continues so)")
         raise ConfigError(f"{path}: no multirun.yaml, so the sweep's jobs are not known; launch the sweep again "
                           "with resume=true and hydra.sweep.dir=<this folder>")
     if not sweep.basic:

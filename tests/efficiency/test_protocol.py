@@ -270,6 +270,11 @@ def test_a_protocol_stopped_after_its_source_stage_is_continued_with_resume_true
     assert [(Path(j["sweep"]).relative_to(sweep).as_posix(), j["state"]) for j in jobs] == [
         ("adapt/seed0", "finished"), ("source", "finished")]
     assert Path(jobs[0]["folder"]).relative_to(sweep) == adapted[0].parent
+    again = subprocess.run([sys.executable, "-m", "robustnlu.sweep", "relaunch", str(sweep)],
+                           capture_output=True, text=True, timeout=120, env=cli_env())
+    assert again.returncode == 2 and again.stderr == (
+        f"error: {sweep}: holds sweeps, not jobs (adapt/seed0, source): relaunch one of them, or run the command that "
+        "made them again with resume=true and hydra.sweep.dir=<this folder> (the efficiency protocol continues so)\n")
 
 
 def test_resume_true_refuses_a_protocol_with_other_settings_or_runs_it_has_no_record_of(topv2_cut, tmp_path):
