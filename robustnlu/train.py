@@ -120,10 +120,10 @@ def wandb_save_dir(out_dir: Path) -> Path:
 
 def logger_options(logger_cfg: DictConfig, out_dir: Path, resume: ResumePoint) -> dict[str, Any]:
     """A logger's arguments that the run decides. W&B: its folder (``save_dir: null``:
-    `wandb_save_dir`; a resumed run: where its first launch wrote, `RunDir.wandb_save_dir`); a sweep's job is named by its
-    folder (`sweep_job_folder`: the job hash in it tells apart jobs that differ in any setting,
-    where ``logger.wandb.name`` names scenario, method and seed only); a resumed run continues
-    the W&B run recorded in ``wandb.json``, its id and name. The CSV log: the step a resumed run
+    `wandb_save_dir`; a resumed run: where its first launch wrote, `RunDir.wandb_save_dir`); a
+    sweep's job is named by its folder (`sweep_job_folder`: the job hash in it tells apart jobs
+    that differ in any setting, where ``logger.wandb.name`` names scenario, method and seed
+    only); a resumed run continues the W&B run recorded in ``wandb.json``, its id and name. The CSV log: the step a resumed run
     continues from (`ResumableCSVLogger` keeps the rows before it)."""
     if "Wandb" in logger_cfg._target_:
         run = RunDir(out_dir)

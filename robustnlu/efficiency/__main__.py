@@ -26,8 +26,9 @@ its first run): ``--mode``, the percentages it trains, ``--seeds`` (in any order
 overrides (`robustnlu.sweep_jobs.job_identity`: normalized, less those that change no result:
 ``resume``, ``paths.*``, ``logger``, ``hydra.*``, ...). A protocol stopped part-way, in either
 stage, is continued by its command run again with ``resume=true`` into the same sweep directory
-(``hydra.sweep.dir=<it>``; the default one is named by the time it started): its finished runs return their stored results (they are not trained again), its interrupted ones
-continue from their ``last.ckpt``, the runs and stages not started run; then stages 3-4 as ever.
+(``hydra.sweep.dir=<it>``; the default one is named by the time it started): its finished runs
+return their stored results (they are not trained again), its interrupted ones continue from
+their ``last.ckpt``, the runs and stages not started run; then stages 3-4 as ever.
 ``--reach``, ``--at`` and ``--label`` are not settings of the runs: they may differ.
 
 Like ``robustnlu.hpo``, a driver (argparse + Hydra's compose API) rather than a Hydra app: the
