@@ -11,10 +11,11 @@ from typing import Any
 
 
 def fmt(value: float | None, digits: int = 2, sign: bool = False) -> str:
-    """A number with ``digits`` decimals (``sign``: always signed); "" for None or NaN."""
+    """A number with ``digits`` decimals (``sign``: always signed); "" for None or NaN. A value that
+    rounds to zero has no minus sign (``-0.004`` is ``0.00``, signed ``+0.00``)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
-    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+    return f"{value:+z.{digits}f}" if sign else f"{value:z.{digits}f}"
 
 
 def markdown_lines(header: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> list[str]:

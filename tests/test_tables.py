@@ -27,3 +27,8 @@ def test_fmt_rounds_signs_and_blanks_missing_values():
     assert fmt(1.005, 1) == "1.0" and fmt(12.3456) == "12.35" and fmt(2.0, sign=True) == "+2.00"
     assert fmt(-0.5, 3, sign=True) == "-0.500"
     assert fmt(None) == "" and fmt(math.nan) == ""
+
+
+def test_fmt_writes_a_value_that_rounds_to_zero_without_a_minus_sign():
+    assert fmt(-0.004) == "0.00" and fmt(-0.004, sign=True) == "+0.00" and fmt(-0.0) == "0.00"
+    assert fmt(-0.006) == "-0.01" and fmt(-0.04, 1, sign=True) == "+0.0" and fmt(-0.06, 1) == "-0.1"
