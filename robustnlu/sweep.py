@@ -2,36 +2,15 @@
 sweep (``python -m robustnlu -m ...``), and running again only what has not finished; ``status``
 also for a SeqDrift sweep (``python -m robustnlu.seqdrift -m ...``).
 
-``status`` lists the sweep's jobs — the job list Hydra's basic sweeper made from the sweep's
-overrides (its ``multirun.yaml``, `robustnlu.sweep_jobs.Sweep.jobs`), so that a job that never
-started is listed too — each with its state, its folder and the overrides that tell it from the
-other jobs:
-
-- ``finished``: its ``results.json`` is there;
-- ``failed``: its ``status.json`` says so, with the error line (a job refused for a bad value
-  leaves such a record; one that crashed also its ``traceback.txt``);
-- ``running``: the process that holds its folder (``run.lock``) is alive — checked on this host,
-  through ``squeue`` for a Slurm job elsewhere, otherwise not known and shown as running;
-- ``interrupted``: started, but its process is gone (killed, timed out, the node lost) or a
-  signal ended it; ``resume=true`` continues it from its ``last.ckpt``;
-- ``missing``: no folder holds it (never started, or the sweep was ended before it).
-
-A folder that holds sweeps rather than jobs gets the status of each sweep below it
-(`sweeps_in`; ``--json``: each job's object names its ``sweep``). The efficiency protocol's
-sweeps are training sweeps: ``<sweep dir>``, or with ``--mode adapt`` ``<sweep dir>/source``
-and ``<sweep dir>/adapt/seed<N>``, which ``status <sweep dir>`` lists in turn
-(`robustnlu.efficiency.__main__`). A
-SeqDrift job computes a split and writes it into its folder (`seqdrift_job_state`): ``finished``
-once its last file, the statistics table, is there; ``failed`` and ``missing`` as above. It holds
-its folder's ``run.lock`` while it runs, as a training run does (conf/seqdrift.yaml,
-`robustnlu.rundir_claim`), so ``running`` and ``interrupted`` are told apart the same way (`held`):
-``interrupted`` is a job started whose process is gone before its statistics table; its command run
-again makes it. Sweeps of the other apps (evaluate, noise: their jobs record neither their
-overrides nor a state in their folders) are refused.
-
-A job's folder is found by the job's identity (the hash of its recorded task overrides,
-`robustnlu.sweep_jobs.job_hash`), not by the folder's name. Folders of jobs that are not in the
-list (an earlier launch with other values into the same folder) are listed after it.
+``status`` lists the sweep's jobs, a job that never started too, each with its state (``finished``,
+``failed`` with its error line, ``running``, ``interrupted``, ``missing``), its folder and the
+overrides that tell it from the other jobs. How each app's states are read from the folders and how
+a job's folder is found by the job's identity (the hash of its recorded task overrides) is
+`robustnlu.sweep_state`'s. A folder that holds sweeps rather than jobs gets the status of each
+sweep below it (`sweeps_in`; ``--json``: each job's object names its ``sweep``). The efficiency
+protocol's sweeps are training sweeps: ``<sweep dir>``, or with ``--mode adapt`` ``<sweep
+dir>/source`` and ``<sweep dir>/adapt/seed<N>``, which ``status <sweep dir>`` lists in turn
+(`robustnlu.efficiency.__main__`).
 
 ``relaunch`` runs the jobs of a training sweep that are failed, interrupted or missing — not the
 finished ones, not those running — with the sweep's own launcher and settings (its ``hydra.*``
@@ -53,221 +32,21 @@ import json
 import os
 import re
 import shlex
-import shutil
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from robustnlu.errors import CommandLineParser, ConfigError, DataError, entry_point
-from robustnlu.io import atomic_write_json, pid_alive
-from robustnlu.rundir import RunDir
-from robustnlu.runlock import holder
-from robustnlu.seqdrift.artifact import STATS_TABLE_FILE
-from robustnlu.sweep_jobs import MULTIRUN_FILE, Sweep, job_hash, override_key, parse_overrides, read_sweep, under
+from robustnlu.errors import CommandLineParser, ConfigError, entry_point
+from robustnlu.io import atomic_write_json
+from robustnlu.sweep_jobs import Sweep, job_hash, override_key, parse_overrides, read_sweep, under
+from robustnlu.sweep_state import STATES, TRAINING_CONFIG, Job, sweep_status, sweeps_in
 
-STATES = ("finished", "failed", "running", "interrupted", "missing")
 #: what relaunch runs again
 UNFINISHED = ("failed", "interrupted", "missing")
-#: Slurm job states (``squeue -o %T``) of a job that has not ended
-SLURM_ALIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-                         "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT"})
-#: what the state of a job in its folder is read as: (state, error line, note)
-JobState = tuple[str, str | None, str | None]
 #: the folder of the job lists that relaunch writes
 RELAUNCH_DIR = ".relaunch"
-#: the training app's config (``python -m robustnlu``): the sweeps relaunch knows how to run
-TRAINING_CONFIG = "config"
-#: the SeqDrift app's config (``python -m robustnlu.seqdrift``)
-SEQDRIFT_CONFIG = "seqdrift"
-
-
-@dataclass
-class Job:
-    """One job of a sweep: its task overrides, the folder that holds it and its state."""
-
-    overrides: list[str]
-    folder: Path | None
-    state: str
-    error: str | None = None
-    note: str | None = None
-    #: whether it is in the sweep's job list (False: a folder of a job the list does not hold)
-    listed: bool = True
-
-
-def slurm_alive(job_id: str) -> bool | None:
-    """Whether Slurm job ``job_id`` has not ended (``squeue``); None where Slurm cannot be asked."""
-    if not shutil.which("squeue"):
-        return None
-    try:
-        proc = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True,
-                              timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if proc.returncode != 0:
-        return False if "Invalid job id" in proc.stderr else None  # purged from Slurm's memory: long ended
-    states = set(proc.stdout.split())
-    return bool(states & SLURM_ALIVE)
-
-
-def alive(record: dict[str, Any]) -> bool | None:
-    """Whether the process of a lock (pid, host, Slurm job id) runs: certain on this host and for
-    a Slurm job Slurm can be asked about; None otherwise."""
-    pid, host, slurm_job = record.get("pid"), record.get("host"), record.get("slurm_job_id")
-    if host == socket.gethostname() and isinstance(pid, int):
-        return pid_alive(pid)
-    if slurm_job:
-        return slurm_alive(str(slurm_job))
-    return None
-
-
-def read_status(run: RunDir) -> dict[str, Any]:
-    """``status.json`` of ``run``, {} where there is none, state ``unreadable`` where it cannot be read."""
-    try:
-        return run.status() or {}
-    except DataError as err:
-        return {"state": "unreadable", "error": str(err)}
-
-
-def failed_state(run: RunDir, status: dict[str, Any]) -> JobState:
-    """A failed job's state, error line and where its traceback is, if it left one."""
-    shown = status.get("traceback") and run.traceback_file.is_file()
-    return "failed", status.get("error"), (f"traceback: {run.traceback_file}" if shown else None)
-
-
-def held(run: RunDir) -> JobState | None:
-    """``running`` where a process holds ``run``'s lock (`robustnlu.runlock`) and is alive
-    (`alive`), or cannot be checked from here (with a note naming its host); None where there
-    is no lock or its process is gone."""
-    lock = holder(run.path)
-    live = alive(lock) if lock else False
-    if live:
-        return "running", None, None
-    if live is None:
-        return "running", None, f"on {lock.get('host', '?')}: not checked from here"
-    return None
-
-
-def job_state(run: RunDir) -> JobState:
-    """(state, error line, note) of the training job in ``run`` (see the module docstring)."""
-    status = read_status(run)
-    state = status.get("state")
-    if run.finished() and state in (None, "finished"):
-        return "finished", None, None
-    running = held(run)
-    if running is not None:
-        return running
-    error = status.get("error")
-    if state == "failed":
-        return failed_state(run, status)
-    if state == "interrupted":
-        return "interrupted", error, None
-    if state == "unreadable":
-        return "interrupted", error, "status.json unreadable"
-    return "interrupted", None, ("its process is gone" if state == "running"
-                                 else "started, its process is gone before status.json")
-
-
-def seqdrift_job_state(run: RunDir) -> JobState:
-    """(state, error line, note) of the SeqDrift job in ``run``: finished once it wrote its
-    statistics table (its last file; a later launch of the same job that failed leaves the split
-    there); running while a live process holds its lock (`held`, as for training); failed where
-    the status.json a failed launch leaves says so (`robustnlu.cli.record_failed_job`; the app
-    writes none itself); otherwise interrupted: started, and its process is gone."""
-    if (run.path / STATS_TABLE_FILE).is_file():
-        return "finished", None, None
-    running = held(run)
-    if running is not None:
-        return running
-    status = read_status(run)
-    if status.get("state") == "failed":
-        return failed_state(run, status)
-    if status.get("state") == "unreadable":
-        return "interrupted", status.get("error"), "status.json unreadable"
-    return "interrupted", None, f"started, its process is gone before {STATS_TABLE_FILE}"
-
-
-#: how a job's state is read from its folder, by app (its config's name, multirun.yaml's
-#: ``hydra.job.config_name``): the sweeps status knows
-JOB_STATES = {TRAINING_CONFIG: job_state, SEQDRIFT_CONFIG: seqdrift_job_state}
-
-
-def job_folders(path: Path) -> dict[str, list[RunDir]]:
-    """The job folders directly below ``path`` by `robustnlu.sweep_jobs.job_hash` of their
-    recorded overrides (`RunDir.overrides`); folders that record none are not jobs (``wandb/``,
-    ``.submitit/``)."""
-    found: dict[str, list[RunDir]] = {}
-    for folder in sorted(path.iterdir()):
-        if folder.is_dir() and not folder.name.startswith("."):
-            run = RunDir(folder)
-            key = run.job_hash()
-            if key is not None:
-                found.setdefault(key, []).append(run)
-    return found
-
-
-def preferred(states: dict[RunDir, JobState]) -> RunDir:
-    """Of several folders of one job (a folder renamed, an old naming scheme), by their states: a
-    finished one, else the one changed last."""
-    return max(states, key=lambda r: (states[r][0] == "finished", r.path.stat().st_mtime))
-
-
-def sweep_status(path: Path) -> tuple[Sweep | None, list[Job]]:
-    """The sweep in ``path`` and its jobs: the job list's in order, then the folders of jobs it does
-    not hold (``listed=False``). Without a job list (no multirun.yaml, or a sweeper that makes its
-    jobs as it goes: an Optuna search) the folders found, as not listed; without multirun.yaml
-    they are taken for a training sweep's. `ConfigError` for a sweep of an app whose jobs it
-    cannot read (`JOB_STATES`)."""
-    if not path.is_dir():
-        raise ConfigError(f"{path}: no such sweep directory")
-    sweep = read_sweep(path)
-    app = sweep.config_name if sweep is not None else TRAINING_CONFIG
-    if app not in JOB_STATES:
-        raise ConfigError(f"{path}: a sweep of the {app!r} app; status reads the sweeps of python -m robustnlu and "
-                          "python -m robustnlu.seqdrift, whose jobs record their overrides and state in their folders")
-    state_of = JOB_STATES[app]
-    expected = sweep.jobs() if sweep is not None else None
-    folders = job_folders(path)
-    jobs: list[Job] = []
-    first: dict[str, int] = {}
-    for position, overrides in enumerate(expected or []):
-        key = job_hash(overrides)
-        if key in first:  # differs from an earlier job in settings that change nothing it computes
-            jobs.append(Job(overrides, jobs[first[key]].folder, jobs[first[key]].state,
-                            note="the same job as an earlier one of the list (they differ only in settings that do "
-                                 "not change what a job computes, e.g. logger or paths): one folder holds both"))
-            continue
-        first[key] = position
-        runs = folders.pop(key, [])
-        if not runs:
-            jobs.append(Job(overrides, None, "missing"))
-            continue
-        states = {run: state_of(run) for run in runs}
-        run = preferred(states)
-        state, error, note = states[run]
-        if len(runs) > 1:
-            others = ", ".join(r.path.name for r in runs if r != run)
-            note = "; ".join(filter(None, [note, f"also in {others}"]))
-        jobs.append(Job(overrides, run.path, state, error, note))
-    for runs in folders.values():
-        for run in runs:
-            state, error, note = state_of(run)
-            jobs.append(Job(run.overrides() or [], run.path, state, error, note, listed=False))
-    return sweep, jobs
-
-
-def sweeps_in(path: Path) -> list[Path]:
-    """The sweeps ``status`` reads for ``path``: ``path`` itself where it is a sweep (its
-    multirun.yaml, or job folders), else the sweeps below it (a folder that holds sweeps rather
-    than jobs, such as the efficiency protocol's ``--mode adapt`` folder: ``source/``,
-    ``adapt/seed<N>/``), in path order; ``path`` alone where there are none (an empty sweep)."""
-    if not path.is_dir() or read_sweep(path) is not None or job_folders(path):
-        return [path]
-    return sorted(record.parent for record in path.rglob(MULTIRUN_FILE) if record.parent != path) or [path]
 
 
 def varying(jobs: Sequence[Job]) -> set[str]:

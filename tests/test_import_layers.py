@@ -26,8 +26,8 @@ matches it, its own or a package's):
    (evaluate, also a library of train), resuming, and the efficiency protocol's run (its corpus,
    adaptation callback, source Fisher);
 10. reading run directories back: analysis, the study report, the HPO driver, the efficiency
-    study, its outputs and plot, a sweep's status and relaunch (sweep), studies (a planned list of
-    jobs run through the sweep machinery);
+    study, its outputs and plot, a sweep's jobs' states (sweep_state), its status and relaunch
+    (sweep), studies (a planned list of jobs run through the sweep machinery);
 11. the studies this project runs on that machinery (studies.seqdrift_dro: the core paper's plan,
     its numbers and the reproduction report);
 12. entry points: every ``__main__`` module, and the drivers that compose configs themselves
@@ -61,7 +61,7 @@ LAYERS: list[list[str]] = [
     ["module", "predict", "predictor"],
     ["config_schema", "cli", "rundir_claim"],
     ["train", "dashboard", "evaluate", "resume", "efficiency.protocol", "efficiency.adapt"],
-    ["analysis", "report", "hpo", "efficiency.study", "efficiency.report", "efficiency.plot", "sweep", "studies"],
+    ["analysis", "report", "hpo", "efficiency.study", "efficiency.report", "efficiency.plot", "sweep_state", "sweep", "studies"],
     ["studies.seqdrift_dro"],
     ["seqdrift.canonical", "reproduce"],  # + every __main__ (`layer_of`)
 ]

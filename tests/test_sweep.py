@@ -34,7 +34,8 @@ from robustnlu.errors import ConfigError
 from robustnlu.rundir import RunDir, sweep_runs
 from robustnlu.runlock import LOCK_NAME, holder
 from robustnlu.seqdrift.artifact import STATS_TABLE_FILE
-from robustnlu.sweep import main, relaunch, sweep_status
+from robustnlu.sweep import main, relaunch
+from robustnlu.sweep_state import sweep_status
 from robustnlu.sweep_jobs import BASIC_SWEEPER, job_hash, job_identity, read_sweep
 
 

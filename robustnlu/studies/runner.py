@@ -64,7 +64,8 @@ from robustnlu.errors import CommandLineParser, ConfigError, entry_point
 from robustnlu.hardware import cpu_model
 from robustnlu.io import atomic_write_gzip, atomic_write_json, atomic_write_text, json_text
 from robustnlu.rundir import RunDir
-from robustnlu.sweep import job_state as folder_state, one_line, quoted
+from robustnlu.sweep import one_line, quoted
+from robustnlu.sweep_state import job_state as folder_state
 from robustnlu.sweep_jobs import job_hash, parse_overrides
 
 #: every job runs without a progress bar: its output is the study's log

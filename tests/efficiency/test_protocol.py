@@ -20,7 +20,7 @@ from robustnlu.efficiency.__main__ import PROTOCOL_FILE, protocol_settings, trai
 from robustnlu.efficiency.subsets import efficiency_split, nested_subset
 from robustnlu.errors import ConfigError
 from robustnlu.rundir import RunDir
-from robustnlu.sweep import sweep_status
+from robustnlu.sweep_state import sweep_status
 from robustnlu.sweep_jobs import job_hash
 from robustnlu.train import prepare
 
