@@ -375,7 +375,8 @@ def test_part_d_recomputed_from_the_records(records, report):
 
 def test_part_e_recomputed_from_the_records(records, report):
     """Part E holds Part D's runs (the same names): ERM and TopK-Group on the k-search scenario; its
-    Q4 row, the same comparison at the fixed budget, and each run's plateau check."""
+    Q4 row, the same comparison at the fixed budget, its per-scenario tables and each run's plateau
+    check."""
     text = section((report / "report.md").read_text(), "Part E")
     erm, group = results(records, plateau_run("erm").name), results(records, plateau_run("topk_group").name)
     g, e = group["metrics"]["test"]["combined"], erm["metrics"]["test"]["combined"]
@@ -390,6 +391,10 @@ def test_part_e_recomputed_from_the_records(records, report):
     assert table_row(text, plateau_run("erm").name)[1:] == [str(len(PLATEAU_CURVE)), str(best), gain, "yes: early-stopped"]
     assert table_row(text, plateau_run("topk_ae").name)[1] == "not recorded"
     assert sum(line.startswith("| snips-") and "-plateau | " in line for line in text.splitlines()) == 32
+    per_scenario, relative = text.split("Relative change to ERM (%)", 1)
+    cells = ("snips", "slot_context", "full", "iid", "topk_group", "1")
+    assert table_row(per_scenario, *cells)[8] == f"{100 * g:.2f}"  # test COMBINED, as in Q4's table
+    assert table_row(relative, *cells)[8].split()[0] == change
 
 
 @pytest.mark.parametrize(("epochs", "last_two", "verdict"), [

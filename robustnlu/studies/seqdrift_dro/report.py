@@ -23,8 +23,8 @@ What the report computes, each with the function that does it:
 - `plateau_table`: Part D, each method trained to its own plateau beside its run at the fixed
   budget, with the paired test against ERM's run of the same budget.
 - Part E: Q4 (`method_summary`) over the runs trained to their plateau, beside the fixed budget's
-  over the same scenarios and seeds (`budgets_markdown`), and each run's plateau criterion
-  checked (`plateau_runs_markdown`, `at_plateau`).
+  over the same scenarios and seeds (`budgets_markdown`), its per-scenario tables as Q4's, and
+  each run's plateau criterion checked (`plateau_runs_markdown`, `at_plateau`).
 - `disclosures_markdown`: the records trained with the other AdamW kernel, and every resumed one:
   from where, that its wall time is the part after the resume, what its log lacks.
 - `drift_table`: the splits' sizes and % drift (``results.json`` drift.split_stats).
@@ -137,7 +137,8 @@ def render(records: Records, design: Design, reading: str | None = None) -> tupl
     plateau_comparisons = comparison(part_d)[1] if part_d else []
     part_e_names = design.parts.get("E", [])
     part_e = records.select(part_e_names)
-    part_e_summary = method_summary(*comparison(part_e)) if part_e else []
+    e_stats, e_comparisons, e_counts = comparison(part_e) if part_e else ([], [], [])
+    part_e_summary = method_summary(e_stats, e_comparisons, e_counts)
     fixed_e = records.select([design.plateau_reference[n] for n in part_e_names if n in records.runs])
     fixed_e_summary = method_summary(*comparison(fixed_e)) if fixed_e else []
     sig = SIGNIFICANCE
@@ -218,6 +219,11 @@ def render(records: Records, design: Design, reading: str | None = None) -> tupl
         "The same comparison at both budgets, over the same scenarios and seeds (the fixed budget's runs are "
         "Parts A and B):", "",
         budgets_markdown(part_e_summary, fixed_e_summary) if part_e_summary else "None yet.\n",
+        "Per scenario at plateau, as in Q4: test metrics, mean ± sample std over the recorded seeds (%), drop "
+        "= valid − test COMBINED (points):", "",
+        scenario_table(e_stats)[0] if e_stats else "None yet.\n",
+        "Relative change to ERM (%) and the paired tests (▲ / ▼: significantly better / worse):", "",
+        relative_change_table(e_comparisons, e_stats, sig["alpha"])[0] if e_stats else "None yet.\n",
         "Each run:", "",
         plateau_runs_markdown(records, sorted(set(part_e_names), key=part_e_names.index), design.plateau_epochs,
                               design.plateau_tolerance),
