@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -626,3 +627,21 @@ def test_an_out_folder_inside_a_record_is_refused(records, tmp_path, capsys):
     assert capsys.readouterr().err == (f"error: --out: {out / reproduction.FIGURES[0]} lies inside {out}, a run "
                                        "directory this command reads: choose another --out\n")
     assert file_bytes(broken) == before
+
+
+def test_the_readme_counts_the_committed_records():
+    """README's status line ("N of the plan's M runs recorded ... K of Part E's 32") and the
+    headline's Part E count are the committed records' counts."""
+    root = Path(__file__).resolve().parents[2]
+    records = root / "docs" / "reproduction" / "records"
+    readme = (root / "README.md").read_text()
+    planned = {run.name for run in study.plan(records)}
+    recorded = {name for name in planned if (records / name / "results.json").is_file()}
+    part_e = study.report_design(records).parts["E"]
+    e_recorded = sum((records / name / "results.json").is_file() for name in part_e)
+    status = re.search(r"\*\*Status \([\d-]+\): (\d+) of the plan's (\d+) runs recorded.*?\(and (\d+) of Part E's "
+                       r"(\d+)", readme, re.S)
+    assert status is not None
+    assert [int(g) for g in status.groups()] == [len(recorded), len(planned), e_recorded, len(part_e)]
+    headline = re.search(r"\((\d+) of Part E's (\d+) runs", readme)
+    assert headline is not None and [int(g) for g in headline.groups()] == [e_recorded, len(part_e)]
