@@ -391,7 +391,7 @@ def test_part_e_recomputed_from_the_records(records, report):
     gain = f"{100 * (PLATEAU_CURVE[-1] - PLATEAU_CURVE[-2]):+.2f}"
     assert table_row(text, plateau_run("erm").name)[1:] == [str(len(PLATEAU_CURVE)), str(best), gain, "yes: early-stopped"]
     assert table_row(text, plateau_run("topk_ae").name)[1] == "not recorded"
-    assert sum(line.startswith("| snips-") and "-plateau | " in line for line in text.splitlines()) == 32
+    assert sum(line.startswith("| snips-") and "-plateau | " in line for line in text.splitlines()) == 32 + 8  # E, F
     per_scenario, relative = text.split("Relative change to ERM (%)", 1)
     cells = ("snips", "slot_context", "full", "iid", "topk_group", "1")
     assert table_row(per_scenario, *cells)[8] == f"{100 * g:.2f}"  # test COMBINED, as in Q4's table
@@ -478,19 +478,22 @@ def test_copied_real_record_reads_as_is(tmp_path):
 
 
 def test_the_plan_releases_part_b_with_the_chosen_k(records, tmp_path, capsys):
-    """`parts` (shared by the plan and the report): 32 + 12 + 24 + 8 + 3 + 32 runs, 105 distinct (the
-    k-search runs with the chosen k are Part B's seed-0 runs on the k-search scenario; Part D's runs are
-    Part E's); without records, Part B waits."""
-    part_a, k_runs, part_b, part_c, part_d, part_e = study.parts(records)
-    assert (len(part_a), len(k_runs), len(part_b), len(part_c), len(part_d), len(part_e)) == (32, 12, 24, 8, 3, 32)
+    """`parts` (shared by the plan and the report): 32 + 12 + 24 + 8 + 3 + 32 + 8 runs, 113 distinct
+    (the k-search runs with the chosen k are Part B's seed-0 runs on the k-search scenario; Part D's
+    runs are Part E's); without records, Part B waits."""
+    part_a, k_runs, part_b, part_c, part_d, part_e, part_f = study.parts(records)
+    assert [len(p) for p in (part_a, k_runs, part_b, part_c, part_d, part_e, part_f)] == [32, 12, 24, 8, 3, 32, 8]
     assert {r.k for r in part_b} == set(CHOSEN.values())
     assert {(r.method, r.k) for r in part_d} == {("erm", None), ("topk_group", 2), ("topk_ae", 8)}
     assert {(r.method, r.k) for r in part_e} == {("erm", None), *CHOSEN.items()}
+    # Part F: Part C's runs at Part E's budget
+    assert {r.name for r in part_f} == {f"{r.name}-plateau" for r in part_c} and all(r.plateau for r in part_f)
     names = [r.name for r in study.plan(records)]
-    assert len(names) == len(set(names)) == 76 + 32 - 3
-    assert set(names) == {r.name for r in part_a + k_runs + part_b + part_c + part_d + part_e}
-    # as compute allows, last: Part D (Part B's open question), Part E (its answer over the DRO comparison), Part C
-    assert [r.part for r in study.plan(records)[-40:]] == ["D"] * 3 + ["E"] * 29 + ["C"] * 8
+    assert len(names) == len(set(names)) == 76 + 32 - 3 + 8
+    assert set(names) == {r.name for r in part_a + k_runs + part_b + part_c + part_d + part_e + part_f}
+    # as compute allows, last: Part D (Part B's open question), Part E (its answer over the DRO
+    # comparison), Part C, Part F
+    assert [r.part for r in study.plan(records)[-48:]] == ["D"] * 3 + ["E"] * 29 + ["C"] * 8 + ["F"] * 8
     # the DRO comparison's runs (SNIPS full drift, both seeds) before the rest of Part A
     planned = study.plan(records)
     last_b = max(i for i, r in enumerate(planned) if r.part == "B")
@@ -567,7 +570,8 @@ def test_the_readme_headline_quotes_part_e_as_the_committed_report_has_it():
                      "Part E")
     plateau, budgets = part_e.split("The same comparison at both budgets", 1)
     rows = readme_headline_table("method | scenarios")
-    assert len(rows) == 4 and rows[0][0] == "erm = ERM"
+    methods = [line.split("|")[1].strip() for line in plateau.splitlines() if line.startswith("| ")][1:]
+    assert [row[0] for row in rows] == methods and methods[0] == "erm = ERM"  # every method the report has
     for row in rows:
         ours = table_row(plateau, row[0])
         assert row[1:5] == [ours[1], ours[3], ours[4], ours[9]], row[0]

@@ -20,12 +20,15 @@ The plan (`plan`), one training budget for every method (`BUDGET`):
 - Part E, Part D over the whole DRO comparison: ERM and the three TopK methods with
   their chosen k on SNIPS' 4 full-drift scenarios, seeds 0 and 1, each to its own plateau
   (`PLATEAU_BUDGET`, fixed before Part E's first run); Part D's runs are Part E's where they fit
-  (the same names).
+  (the same names);
+- Part F, as compute allows (planned last): Part C's Group-DRO the same way, each run to its own
+  plateau, against Part E's ERM runs.
 
 The order (`plan`): SNIPS' full-drift ERM runs of seed 0, the k search, Part B's seed 0, then the
 rest of the DRO comparison (its seed 1, ERM's included), then the rest of Part A, then Part D
 (Part B's open question), then Part E (seed 0 first, each scenario's four methods together, so
-that every finished scenario is a complete comparison; Part D's scenario first), then Part C.
+that every finished scenario is a complete comparison; Part D's scenario first), then Part C, then
+Part F.
 
 The splits are the canonical ones shipped in ``data/seqdrift/`` (drift seed 0), the same on every
 machine. Each run is a job of the study (`STUDY`): it trains in ``outputs/reproduction/runs/<name>/``
@@ -71,6 +74,8 @@ PLATEAU_BUDGET = (f"trainer.max_epochs={PLATEAU_EPOCHS}", "callbacks.early_stopp
 PLATEAU_TOLERANCE = 0.2
 #: Part E: Part D's methods and plain TopK, i.e. ERM and every method of Part B
 E_METHODS = ("erm", *K_METHODS)
+#: Part F: Part C's methods at Part E's budget
+F_METHODS = C_METHODS
 K_SEARCH_SCENARIO = Scenario("snips", "slot_context", False, "iid")
 
 
@@ -135,7 +140,7 @@ def chosen_k(records: Path, method: str) -> int | None:
 
 def parts(records: Path) -> tuple[list[PlannedRun], ...]:
     """Part A, the k search, Part B (a TopK method's runs with k None while its k is not chosen),
-    Part C, Part D and Part E (likewise)."""
+    Part C, Part D, Part E (likewise) and Part F."""
     part_a = [PlannedRun(s, "erm", seed) for seed in SEEDS for d in ("snips", "atis") for s in scenarios(d)]
     ks = {method: chosen_k(records, method) for method in K_METHODS}  # each reads the k search's records
     part_b = [PlannedRun(s, method, seed, ks[method], part="B") for seed in SEEDS for method in K_METHODS
@@ -147,12 +152,14 @@ def parts(records: Path) -> tuple[list[PlannedRun], ...]:
     e_scenarios = sorted(scenarios("snips", full_only=True), key=lambda s: s != K_SEARCH_SCENARIO)
     part_e = [PlannedRun(s, method, seed, ks.get(method), part="E", plateau=True) for seed in SEEDS
               for s in e_scenarios for method in E_METHODS]
-    return part_a, k_search_runs(), part_b, part_c, part_d, part_e
+    part_f = [PlannedRun(s, method, seed, part="F", plateau=True) for seed in SEEDS for s in e_scenarios
+              for method in F_METHODS]
+    return part_a, k_search_runs(), part_b, part_c, part_d, part_e, part_f
 
 
 def plan(records: Path) -> list[PlannedRun]:
     """Every run of the study in the order they are run (the first comparisons first)."""
-    part_a, k_runs, part_b, part_c, part_d, part_e = parts(records)
+    part_a, k_runs, part_b, part_c, part_d, part_e, part_f = parts(records)
     snips_full = [r for r in part_a if r.scenario.dataset == "snips" and not r.scenario.partial]
     first = [r for r in snips_full if r.seed == 0]
     ordered = first + k_runs + [r for r in part_b if r.seed == 0]
@@ -160,7 +167,7 @@ def plan(records: Path) -> list[PlannedRun]:
     ordered += [r for r in snips_full + part_b if r not in ordered]
     ordered += [r for r in part_a + part_b if r not in ordered and r.scenario.dataset == "snips"]
     ordered += [r for r in part_a if r not in ordered]
-    ordered += part_d + part_e + part_c
+    ordered += part_d + part_e + part_c + part_f
     # a Part B or D run whose k is not chosen yet waits; the k-search run it equals is not trained twice
     ready, seen = [], set()
     for run in ordered:
@@ -174,16 +181,16 @@ def plan(records: Path) -> list[PlannedRun]:
 
 def report_design(records: Path) -> Design:
     """What the report (`robustnlu.studies.seqdrift_dro.report`) needs to know of the plan."""
-    part_a, k_runs, part_b, part_c, part_d, part_e = parts(records)
+    part_a, k_runs, part_b, part_c, part_d, part_e, part_f = parts(records)
     k_search: dict[str, dict[int, str]] = {}
     for run in k_runs:
         k_search.setdefault(run.method, {})[run.k] = run.name
     return Design(parts={"A": [r.name for r in part_a], "k": [r.name for r in k_runs],
                          "B": [r.name for r in part_b], "C": [r.name for r in part_c], "D": [r.name for r in part_d],
-                         "E": [r.name for r in part_e]},
+                         "E": [r.name for r in part_e], "F": [r.name for r in part_f]},
                   k_search=k_search, chosen_k={m: chosen_k(records, m) for m in K_METHODS}, budget=BUDGET,
                   k_scenario=K_SEARCH_SCENARIO.name,
-                  plateau_reference={r.name: replace(r, plateau=False).name for r in part_d + part_e},
+                  plateau_reference={r.name: replace(r, plateau=False).name for r in part_d + part_e + part_f},
                   plateau_budget=PLATEAU_BUDGET, plateau_epochs=PLATEAU_EPOCHS, plateau_tolerance=PLATEAU_TOLERANCE)
 
 

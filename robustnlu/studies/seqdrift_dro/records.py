@@ -23,7 +23,7 @@ RECORD_KEYS = (*RESULTS_KEYS, ("epochs_trained", int))
 @dataclass(frozen=True)
 class Design:
     """What the plan holds (`robustnlu.studies.seqdrift_dro.plan`): run names per part ("A", "k",
-    "B", "C", "D", "E"), the k-search runs (method → k → name) and the k chosen per method (None:
+    "B", "C", "D", "E", "F"), the k-search runs (method → k → name) and the k chosen per method (None:
     search unfinished)."""
 
     parts: dict[str, list[str]]

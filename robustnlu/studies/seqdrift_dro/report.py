@@ -22,9 +22,10 @@ What the report computes, each with the function that does it:
   plateaued.
 - `plateau_table`: Part D, each method trained to its own plateau beside its run at the fixed
   budget, with the paired test against ERM's run of the same budget.
-- Part E: Q4 (`method_summary`) over the runs trained to their plateau, beside the fixed budget's
-  over the same scenarios and seeds (`budgets_markdown`), its per-scenario tables as Q4's, and
-  each run's plateau criterion checked (`plateau_runs_markdown`, `at_plateau`).
+- Part E, with Part F's Group-DRO runs: Q4 (`method_summary`) over the runs trained to their
+  plateau, beside the fixed budget's over the same scenarios and seeds (`budgets_markdown`), its
+  per-scenario tables as Q4's, and each run's plateau criterion checked (`plateau_runs_markdown`,
+  `at_plateau`).
 - `disclosures_markdown`: the records trained with the other AdamW kernel, and every resumed one:
   from where, that its wall time is the part after the resume, what its log lacks.
 - `drift_table`: the splits' sizes and % drift (``results.json`` drift.split_stats).
@@ -110,7 +111,8 @@ def status_lines(records: Records, design: Design) -> list[str]:
               "D": "Part D (ERM, TopK-Group and TopK-AE each to its own plateau, the k-search scenario, seed 0; "
                    "as compute allows)",
               "E": "Part E (ERM and the three TopK methods each to its own plateau on SNIPS' full-drift scenarios, "
-                   "2 seeds; Part D's runs among them)"}
+                   "2 seeds; Part D's runs among them)",
+              "F": "Part F (Group-DRO to its own plateau, Part E's scenarios and seeds; as compute allows)"}
     lines = []
     for part, names in design.parts.items():
         done = sum(n in records.runs for n in set(names))
@@ -135,7 +137,7 @@ def render(records: Records, design: Design, reading: str | None = None) -> tupl
     cluster_stats = scenario_stats(group_runs(part_a + [r for r in snips if r not in part_a]))
     part_d = records.select(design.parts.get("D", []))
     plateau_comparisons = comparison(part_d)[1] if part_d else []
-    part_e_names = design.parts.get("E", [])
+    part_e_names = design.parts.get("E", []) + design.parts.get("F", [])  # Part F: one more method, the same ERM
     part_e = records.select(part_e_names)
     e_stats, e_comparisons, e_counts = comparison(part_e) if part_e else ([], [], [])
     part_e_summary = method_summary(e_stats, e_comparisons, e_counts)
@@ -214,10 +216,12 @@ def render(records: Records, design: Design, reading: str | None = None) -> tupl
         "Part E's first run; Part D's runs are Part E's on their scenario). A run is at its plateau when early "
         f"stopping ended it before epoch {design.plateau_epochs}, or when its last epoch changed valid COMBINED "
         f"by less than {design.plateau_tolerance:g} points (fixed before Part E's first run). Means, changes to "
-        "ERM and significance as in Q4, over the recorded scenarios and seeds.", "",
+        "ERM and significance as in Q4, over the recorded scenarios and seeds. Part F, planned last, adds "
+        "Group-DRO (Part C's method) at the same budget: its runs are listed here and compared with the same "
+        "ERM runs.", "",
         summary_markdown(part_e_summary) if part_e_summary else "No Part E comparison recorded yet.\n",
         "The same comparison at both budgets, over the same scenarios and seeds (the fixed budget's runs are "
-        "Parts A and B):", "",
+        "Parts A, B and C):", "",
         budgets_markdown(part_e_summary, fixed_e_summary) if part_e_summary else "None yet.\n",
         "Per scenario at plateau, as in Q4: test metrics, mean ± sample std over the recorded seeds (%), drop "
         "= valid − test COMBINED (points):", "",
