@@ -180,10 +180,22 @@ def atomic_write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> 
     return atomic_write_files({path: write})[0]
 
 
-def atomic_write_gzip(path: str | Path, data: bytes) -> Path:
-    """``data`` gzip-compressed (level 9) at ``path``, written atomically; mtime 0 in the header,
-    so the same data gives the same bytes each time."""
-    compressed = gzip.compress(data, compresslevel=9, mtime=0)
+#: how `atomic_write_compressed` compresses a file whose name ends in the suffix: both give the
+#: same bytes for the same data (gzip's header has mtime 0; xz's has no time); xz -9e is about
+#: a quarter smaller than gzip -9 on a record's predictions
+COMPRESSORS: dict[str, Callable[[bytes], bytes]] = {
+    ".xz": lambda data: lzma.compress(data, preset=9 | lzma.PRESET_EXTREME),
+    ".gz": lambda data: gzip.compress(data, compresslevel=9, mtime=0),
+}
+
+
+def atomic_write_compressed(path: str | Path, data: bytes) -> Path:
+    """``data`` compressed as the suffix of ``path`` says (`COMPRESSORS`: ``.xz`` or ``.gz``),
+    written atomically; the same data gives the same bytes each time. `open_data` reads it back."""
+    path = Path(path)
+    if path.suffix not in COMPRESSORS:
+        raise ValueError(f"{path}: a compressed file's name ends in one of {sorted(COMPRESSORS)}")
+    compressed = COMPRESSORS[path.suffix](data)
     return atomic_write_with(path, lambda f: f.write(compressed))
 
 

@@ -11,7 +11,7 @@ A training run's directory (Hydra's runtime output dir, `robustnlu.train`) holds
 - a sweep's job that failed: ``status.json`` says failed with the error line and the job's
   overrides (a job refused for a bad value leaves this record and nothing else), and a failure
   that is not a user error keeps its traceback in ``traceback.txt`` (`robustnlu.cli.run_or_exit`);
-- ``predictions/<split>.jsonl`` (a study's record keeps ``<split>.jsonl.gz``);
+- ``predictions/<split>.jsonl`` (a study's record keeps ``<split>.jsonl.xz``);
 - ``config.yaml``, the resolved config;
 - ``checkpoints/``: the best checkpoint (``results.json`` names it) and, while the run is
   unfinished, ``last.ckpt`` for ``resume=true``;
@@ -227,7 +227,7 @@ class RunDir:
         return self.path / self.results()["best_checkpoint"]
 
     def predictions_file(self, split: str = "test") -> Path:
-        """``predictions/<split>.jsonl``, or a record's ``<split>.jsonl.gz`` when only that exists
+        """``predictions/<split>.jsonl``, or a record's ``<split>.jsonl.xz`` when only that exists
         (`robustnlu.io.data_file`)."""
         return data_file(self.path / "predictions" / f"{split}.jsonl")
 
@@ -254,11 +254,11 @@ def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def read_predictions(path: Path) -> list[dict[str, Any]]:
-    """The prediction rows of a ``.jsonl`` or ``.jsonl.gz`` file, one JSON object per line with at
-    least the keys `PREDICTION_KEYS`; blank lines are skipped. Raises `DataError` naming the file
-    and line of a malformed row (invalid JSON, missing key, wrong type, tag sequences of
-    different lengths, duplicate uid; a ``.gz`` cut short, `numbered_lines`) or naming the file
-    if it does not exist."""
+    """The prediction rows of a ``.jsonl`` file (or ``.jsonl.xz``, ``.jsonl.gz``), one JSON object
+    per line with at least the keys `PREDICTION_KEYS`; blank lines are skipped. Raises `DataError`
+    naming the file and line of a malformed row (invalid JSON, missing key, wrong type, tag
+    sequences of different lengths, duplicate uid; a compressed file cut short, `numbered_lines`)
+    or naming the file if it does not exist."""
     path = Path(path)
     if not path.is_file():
         raise DataError(path, None, "no such predictions file")

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from robustnlu.errors import ConfigError, DataError
-from robustnlu.io import (atomic_write_files, atomic_write_json, atomic_write_text, check_outputs, data_file, open_data,
-                          read_data, same_path)
+from robustnlu.io import (atomic_write_compressed, atomic_write_files, atomic_write_json, atomic_write_text,
+                          check_outputs, data_file, open_data, read_data, same_path)
 
 
 def test_an_atomic_write_gets_the_permissions_of_a_plain_open(tmp_path):
@@ -128,6 +128,20 @@ def test_read_data_and_open_data_decompress_by_suffix(tmp_path, suffix, compress
     assert read_data(path) == TEXT.encode()
     with open_data(path, "rt", encoding="utf-8") as handle:
         assert list(handle) == TEXT.splitlines(keepends=True)
+
+
+@pytest.mark.parametrize(("suffix", "decompress"), [(".xz", lzma.decompress), (".gz", gzip.decompress)])
+def test_a_compressed_write_follows_the_suffix_gives_the_same_bytes_and_reads_back(tmp_path, suffix, decompress):
+    """A record's predictions (``.xz``) and a shipped clustering (``.gz``) are committed: the same
+    data must give the same bytes, so an unchanged record is no change to git."""
+    data = TEXT.encode() * 50
+    first = atomic_write_compressed(tmp_path / f"a.jsonl{suffix}", data).read_bytes()
+    assert decompress(first) == data == read_data(tmp_path / f"a.jsonl{suffix}")
+    assert atomic_write_compressed(tmp_path / f"b.jsonl{suffix}", data).read_bytes() == first
+    assert len(first) < len(data)
+    with pytest.raises(ValueError, match=r"a\.jsonl\.bz2: a compressed file's name ends in one of \['\.gz', '\.xz'\]"):
+        atomic_write_compressed(tmp_path / "a.jsonl.bz2", data)
+    assert not (tmp_path / "a.jsonl.bz2").exists()
 
 
 @pytest.mark.parametrize("suffix", [".xz", ".gz"])

@@ -357,12 +357,12 @@ def test_a_report_of_two_sound_runs_is_written(tmp_path):
 
 def test_predictions_cut_short_are_one_error_line_and_nothing_is_written(tmp_path):
     sweep = erm_and_topk(tmp_path / "sweep")
-    gz = sweep / "topk" / "predictions" / "test.jsonl.gz"
-    gz.write_bytes(gz.read_bytes()[:-4])  # the gzip trailer cut off: all 50 lines decompress, then the stream ends
+    xz = sweep / "topk" / "predictions" / "test.jsonl.xz"
+    xz.write_bytes(xz.read_bytes()[:-4])  # the xz footer cut: all 50 lines decompress, then the stream ends
     before = file_bytes(sweep)
     proc = run_cli([str(sweep), "--out", str(tmp_path / "out"), "--rounds", "10"], cwd=tmp_path, module="robustnlu.report")
     assert proc.returncode == 2
-    assert proc.stderr == (f"error: {gz}: cannot be read past line 50 (cut short or corrupt?): EOFError: Compressed "
+    assert proc.stderr == (f"error: {xz}: cannot be read past line 50 (cut short or corrupt?): EOFError: Compressed "
                            "file ended before the end-of-stream marker was reached\n")
     assert not (tmp_path / "out").exists() and file_bytes(sweep) == before
 

@@ -4,8 +4,8 @@ once recorded, and refuses a bad override before any run trains."""
 
 from __future__ import annotations
 
-import gzip
 import json
+import lzma
 
 import pytest
 
@@ -33,7 +33,7 @@ def test_a_run_is_recorded_without_checkpoints_and_skipped_once_recorded(tmp_pat
     assert results["epochs_trained"] == 1 and results["precision"] == "32-true"
     meta = json.loads((record / "meta.json").read_text())
     assert meta["part"] == "A" and "trainer.max_epochs=5" in meta["command"] and "trainer.max_epochs=1" in meta["command"]
-    test_rows = gzip.decompress((record / "predictions" / "test.jsonl.gz").read_bytes()).decode().splitlines()
+    test_rows = lzma.decompress((record / "predictions" / "test.jsonl.xz").read_bytes()).decode().splitlines()
     assert 0 < len(test_rows) < results["sizes"]["test"]  # limit_test_batches=2
     assert all({"uid", "pred_intent", "pred_tags"} <= set(json.loads(row)) for row in test_rows)
     assert not (tmp_path / "runs" / RUN / "checkpoints").exists()  # the record is what is kept

@@ -1,10 +1,11 @@
-"""`robustnlu.rundir`: the run directory's files, its predictions (plain and a record's gzip) and
+"""`robustnlu.rundir`: the run directory's files, its predictions (plain and a record's compressed) and
 how runs are found under a sweep."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import lzma
 from pathlib import Path
 
 import pytest
@@ -84,15 +85,17 @@ def test_predictions_of_a_run_and_malformed_lines(tmp_path):
         assert str(info.value).startswith(f"{path}:2: ")
 
 
-def test_predictions_of_a_compact_record_gzipped(tmp_path):
-    """A record of `robustnlu.reproduce` keeps ``predictions/<split>.jsonl.gz``; the plain file wins."""
+@pytest.mark.parametrize(("suffix", "compress"), [(".xz", lzma.compress), (".gz", gzip.compress)])
+def test_predictions_of_a_compact_record(tmp_path, suffix, compress):
+    """A record of `robustnlu.reproduce` keeps ``predictions/<split>.jsonl.xz`` (a study's records
+    written before, ``.jsonl.gz``); the plain file wins."""
     a, b = rows(3), rows(2, intent="weather")
     run = RunDir(tmp_path / "record")
-    gz = run.path / "predictions" / "test.jsonl.gz"
-    gz.parent.mkdir(parents=True)
-    gz.write_bytes(gzip.compress(jsonl(a).encode()))
-    assert run.predictions_file() == gz
-    assert run.predictions() == a == read_predictions(gz)
+    compressed = run.path / "predictions" / f"test.jsonl{suffix}"
+    compressed.parent.mkdir(parents=True)
+    compressed.write_bytes(compress(jsonl(a).encode()))
+    assert run.predictions_file() == compressed
+    assert run.predictions() == a == read_predictions(compressed)
     (run.path / "predictions" / "test.jsonl").write_text(jsonl(b))
     assert run.predictions() == b
 

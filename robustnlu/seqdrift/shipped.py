@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from robustnlu.errors import DataError
-from robustnlu.io import atomic_write_gzip, atomic_write_json
+from robustnlu.io import atomic_write_compressed, atomic_write_json
 from robustnlu.seqdrift.artifact import Clustering
 from robustnlu.seqdrift.entries import sha256_text
 
@@ -126,7 +126,7 @@ def write_clustering(shipped_dir: str | Path, name: str, clustering: Clustering,
     """``<name>.clusters.json.gz``, byte for byte the same for the same clustering (gzip mtime 0)."""
     doc = {"clusters": [int(c) for c in clustering.ids], "clusters_key": clustering.key, "format": FORMAT,
            "options": options, "uids": list(clustering.uids)}
-    return atomic_write_gzip(Path(shipped_dir) / f"{name}.clusters.json.gz",
+    return atomic_write_compressed(Path(shipped_dir) / f"{name}.clusters.json.gz",
                              json.dumps(doc, sort_keys=True).encode("utf-8"))
 
 

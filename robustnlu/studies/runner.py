@@ -7,7 +7,7 @@ docs/studies.md).
 Where things go. Job ``<name>`` trains in ``<runs>/<name>/`` with ``resume=true``, so an
 interrupted job continues from its last checkpoint. Once it has finished, its record is written to
 ``<records>/<name>/`` (`write_record`): ``results.json``, ``metrics.csv`` (the per-epoch curve),
-``predictions/{valid,test}.jsonl.gz`` and ``meta.json`` (the overrides it ran with, its part of the
+``predictions/{valid,test}.jsonl.xz`` and ``meta.json`` (the overrides it ran with, its part of the
 study, where it trained, its wall time from results.json, when it finished, its `job_hash`); its
 checkpoints are then deleted. ``--commit`` git-commits each record as it lands.
 
@@ -62,7 +62,7 @@ from typing import Any
 from robustnlu.cli import compose_run_config
 from robustnlu.errors import CommandLineParser, ConfigError, entry_point
 from robustnlu.hardware import cpu_model
-from robustnlu.io import atomic_write_gzip, atomic_write_json, atomic_write_text, json_text
+from robustnlu.io import atomic_write_compressed, atomic_write_json, atomic_write_text, json_text
 from robustnlu.rundir import RunDir
 from robustnlu.sweep import one_line, quoted
 from robustnlu.sweep_state import job_state as folder_state
@@ -175,7 +175,8 @@ def write_record(job: Job, run: RunDir, record: Path) -> dict[str, Any]:
     record with it is complete). Returns its meta.json."""
     results = run.results()
     for split in ("valid", "test"):
-        atomic_write_gzip(record / "predictions" / f"{split}.jsonl.gz", run.predictions_file(split).read_bytes())
+        atomic_write_compressed(record / "predictions" / f"{split}.jsonl.xz",
+                                run.predictions_file(split).read_bytes())
     shutil.copyfile(run.metrics_csv, record / "metrics.csv")
     status = run.status() or {}
     meta = {"command": " ".join(["-m", "robustnlu", *(run.overrides() or [])]), "part": job.part,

@@ -5,8 +5,8 @@ metrics recomputed from them, so that the report's numbers can be recomputed ind
 
 from __future__ import annotations
 
-import gzip
 import json
+import lzma
 import re
 import shutil
 from pathlib import Path
@@ -55,7 +55,7 @@ LAST_EPOCH_BUMP = 0.002  # seed 1's last epoch gains 0.2 points more than seed 0
 
 
 def _rows(split: str) -> list[dict]:
-    return [json.loads(line) for line in gzip.decompress((FIXTURE / "predictions" / f"{split}.jsonl.gz")
+    return [json.loads(line) for line in lzma.decompress((FIXTURE / "predictions" / f"{split}.jsonl.xz")
                                                           .read_bytes()).decode().splitlines()]
 
 
@@ -96,7 +96,7 @@ def make_record(records: Path, run: study.PlannedRun, part: str) -> None:
         (s.dataset, s.drift, s.partial, s.validation)) if run.part != "k" else 0.0
     for split in ("valid", "test"):
         rows = _vary(_rows(split), run.method, run.seed + PLATEAU_ROWS * run.plateau)
-        with gzip.open(record / "predictions" / f"{split}.jsonl.gz", "wt") as handle:
+        with lzma.open(record / "predictions" / f"{split}.jsonl.xz", "wt") as handle:
             handle.writelines(json.dumps(r) + "\n" for r in rows)
         # valid: shifted so that ERM's drop differs per scenario; the k search sets valid COMBINED
         results["metrics"] = results.get("metrics", {}) | {
@@ -204,8 +204,8 @@ def test_table10_is_ermss_mean_test_minus_valid(records, report):
 
 def _significant(records: Path, name: str, erm_name: str) -> tuple[bool, bool]:
     """(significantly better, significantly worse) on COMBINED by a direct test of the pair."""
-    result = approximate_randomization(read_predictions(records / name / "predictions" / "test.jsonl.gz"),
-                                       read_predictions(records / erm_name / "predictions" / "test.jsonl.gz"),
+    result = approximate_randomization(read_predictions(records / name / "predictions" / "test.jsonl.xz"),
+                                       read_predictions(records / erm_name / "predictions" / "test.jsonl.xz"),
                                        "combined", rounds=10_000, seed=0)
     return result.p_value < 0.05 and result.difference > 0, result.p_value < 0.05 and result.difference < 0
 
@@ -359,8 +359,8 @@ def test_part_d_recomputed_from_the_records(records, report):
     row = table_row(text, "topk_group (k=2) = TOPK-GROUP")
     g, e = group["metrics"]["test"]["combined"], erm["metrics"]["test"]["combined"]
     assert row[6] == f"{100 * (g - e) / e:+.2f}" and g != pytest.approx(e)
-    test = approximate_randomization(read_predictions(records / plateau_run("topk_group").name / "predictions" / "test.jsonl.gz"),
-                                     read_predictions(records / plateau_run("erm").name / "predictions" / "test.jsonl.gz"),
+    test = approximate_randomization(read_predictions(records / plateau_run("topk_group").name / "predictions" / "test.jsonl.xz"),
+                                     read_predictions(records / plateau_run("erm").name / "predictions" / "test.jsonl.xz"),
                                      "combined", rounds=10_000, seed=0)
     assert row[7] == f"{test.p_value:.4f}"
     fixed = results(records, study.PlannedRun(study.K_SEARCH_SCENARIO, "topk_group", 0, 2).name)["metrics"]["test"]
@@ -603,7 +603,7 @@ def _without(key: str, *within: str):
      ":1: invalid JSON: Expecting property name enclosed in double quotes"),
     ("results.json", _without("semer", "metrics", "test"), ": missing key 'metrics.test.semer'"),
     ("results.json", _without("epochs_trained"), ": missing key 'epochs_trained'"),
-    ("predictions/valid.jsonl.gz", lambda p: _cut(p, -4),  # the gzip trailer: the 50 rows read, then the end
+    ("predictions/valid.jsonl.xz", lambda p: _cut(p, -4),  # the xz footer: the 50 rows read, then the end
      ": cannot be read past line 50 (cut short or corrupt?): EOFError: Compressed file ended before the "
      "end-of-stream marker was reached"),
     ("metrics.csv", lambda p: _cut(p, -3), ":10: no line break at the end of the last line: the file is cut short"),

@@ -6,8 +6,8 @@ outside the runner recorded without training, recorded jobs never launched again
 
 from __future__ import annotations
 
-import gzip
 import json
+import lzma
 import os
 import socket
 
@@ -71,7 +71,7 @@ def test_list_tells_each_jobs_state_from_its_folders(tmp_path, capsys):
 
 def test_the_record_of_a_run_trained_on_another_host_names_that_host_and_its_cpu(tmp_path):
     """meta.json says where a job trained from the run's own files (status.json's host, results.json's
-    device), not from the machine that records it; the record's files are the run's, predictions gzipped."""
+    device), not from the machine that records it; the record's files are the run's, predictions compressed with xz."""
     run = tmp_path / "runs" / "j"
     overrides = ["seed=3", *QUIET, "resume=true"]
     folder(run, status={"state": "finished", "host": "node-7", "time": "2026-11-20T10:00:00+0000"},
@@ -90,7 +90,7 @@ def test_the_record_of_a_run_trained_on_another_host_names_that_host_and_its_cpu
         "wall_time_s": 12.5, "finished": "2026-11-20T10:00:00+0000", "job_hash": job_hash(["seed=3"])}
     assert RunDir(record).results() == results and (record / "metrics.csv").read_text() == "epoch,valid/combined\n0,0.5\n"
     for split in ("valid", "test"):
-        assert gzip.decompress((record / "predictions" / f"{split}.jsonl.gz").read_bytes()) == \
+        assert lzma.decompress((record / "predictions" / f"{split}.jsonl.xz").read_bytes()) == \
             f'{{"uid": "{split}-0"}}\n'.encode()
 
 
@@ -136,7 +136,7 @@ def test_a_study_trains_through_the_sweep_machinery_records_each_job_and_goes_on
     assert "1 of 2 planned jobs recorded; failed: ['bad']" in out
     assert sorted(p.name for p in (records / "a").iterdir()) == ["meta.json", "metrics.csv", "predictions",
                                                                  "results.json"]
-    assert sorted(p.name for p in (records / "a" / "predictions").iterdir()) == ["test.jsonl.gz", "valid.jsonl.gz"]
+    assert sorted(p.name for p in (records / "a" / "predictions").iterdir()) == ["test.jsonl.xz", "valid.jsonl.xz"]
     meta = json.loads((records / "a" / "meta.json").read_text())
     overrides = RunDir(runs / "a").overrides()
     assert overrides == ["seed=0", *QUIET, *extra, "resume=true"]

@@ -1,6 +1,6 @@
 """The reproduction's records (written by `robustnlu.studies.runner`) as the report reads them: a
 record is ``<records>/<run name>/`` with ``results.json``, ``metrics.csv``, ``meta.json`` and
-``predictions/{valid,test}.jsonl.gz`` (a `robustnlu.rundir.RunDir`); the run name says the
+``predictions/{valid,test}.jsonl.xz`` (a `robustnlu.rundir.RunDir`); the run name says the
 scenario, method (with k) and seed. `Design` is what the plan holds."""
 
 from __future__ import annotations

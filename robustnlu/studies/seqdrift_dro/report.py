@@ -3,7 +3,7 @@ the committed records of `robustnlu.reproduce` alone, beside the core paper's nu
 (`robustnlu.studies.seqdrift_dro.paper_results`). ``python -m robustnlu.reproduce report`` is the command.
 
 A record is ``<records>/<run name>/`` with ``results.json``, ``metrics.csv``, ``meta.json`` and
-``predictions/{valid,test}.jsonl.gz``; the run name says the scenario, method (with k) and seed.
+``predictions/{valid,test}.jsonl.xz``; the run name says the scenario, method (with k) and seed.
 What the report computes, each with the function that does it:
 
 - `table10`: ERM's change from validation to test (test − valid, points; the paper's sign) of
