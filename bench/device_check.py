@@ -25,6 +25,8 @@ compile     ``torch.compile`` of the model (inductor, static shapes) on length-b
             the compilation's time apart; a hard stop at the stage's time;
 pytest_gpu  ``pytest -m gpu`` on the test files that hold GPU tests.
 
+The summary adds the SNIPS grid's projected GPU-hours from the CLI run's epochs (`bench.grid_cost`).
+
 ``--cpu`` (or no CUDA device): the same stages on the CPU with the tiny random encoder, small step
 counts and no pytest (`CPU_PLAN`); the default test suite runs it (tests/test_device_check.py), so
 this script is exercised between GPU leases.
@@ -533,6 +535,11 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
         out["packing"][f"k{row['k']}"] = {"aggregate_examples_per_s": row["aggregate_examples_per_s"],
                                           "speedup_vs_k1": row.get("speedup_vs_k1")}
     out["cli_epoch_s"] = [row["epoch_s"] for row in results.get("cli", {}).get("epochs", [])]
+    if results["stages"].get("cli", {}).get("status") == "done":  # hydra & co. are importable (the plan's)
+        from bench.grid_cost import grid_projection
+
+        cut = any("limit_train_batches" in o for o in results["cli"]["overrides"])
+        out["grid"] = grid_projection(out, cut_epochs=cut)
     return out
 
 
@@ -559,6 +566,15 @@ def format_table(results: dict[str, Any]) -> str:
                                              f"(x{f(v['speedup_vs_k1'], '.2f')})" for k, v in s["packing"].items()))
     if s["cli_epoch_s"]:
         lines.append("CLI run, s per epoch: " + ", ".join(f"{x:.1f}" for x in s["cli_epoch_s"]))
+    grid = s.get("grid")
+    if grid and "gpu_hours" in grid:
+        lines.append(f"SNIPS grid ({grid['runs']} runs), GPU-hours at " + ", ".join(
+            f"{n:.3g} epochs ({name})" for name, n in grid["epochs"].items()) + ": " + "; ".join(
+            f"{arch} " + " / ".join(f"{h:.1f}" for h in hours.values()) for arch, hours in grid["gpu_hours"].items())
+            + f"; minilm packed K={grid['packing_k']}: "
+            + " / ".join(f"{h:.1f}" for h in grid["gpu_hours_packed"]["minilm"].values()))
+    elif grid:
+        lines.append(f"SNIPS grid ({grid['runs']} runs): not projected: {grid['reason']}")
     for name, stage in results["stages"].items():
         if stage["status"] != "done":
             lines.append(f"  {name}: {stage['status']} ({stage.get('reason') or stage.get('error', '')[:200]})")

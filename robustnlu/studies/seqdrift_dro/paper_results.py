@@ -125,6 +125,7 @@ PARTIAL_TRAIN_LEAK_PERCENT = (2, 3)
 #: on SNIPS; 8 Optuna trials per method and scenario, the 2 best settings retrained with a second
 #: seed, so 4 models per method and scenario; TopK's k searched in 1-16 (TopK-AE: 2-16), which
 #: "typically ended up ... between 2-8" (Appendix C).
-BUDGET = ("BERT-based model; max 100 epochs with early stopping, batch size 32, weight decay 0.02 (SNIPS); "
+MAX_EPOCHS = 100
+BUDGET = (f"BERT-based model; max {MAX_EPOCHS} epochs with early stopping, batch size 32, weight decay 0.02 (SNIPS); "
           "8 Optuna trials per method and scenario, the 2 best settings x 2 seeds = 4 models per method "
           "and scenario; k in 1-16 (Table 9, section 5)")
