@@ -127,7 +127,7 @@ def write_clustering(shipped_dir: str | Path, name: str, clustering: Clustering,
     doc = {"clusters": [int(c) for c in clustering.ids], "clusters_key": clustering.key, "format": FORMAT,
            "options": options, "uids": list(clustering.uids)}
     return atomic_write_compressed(Path(shipped_dir) / f"{name}.clusters.json.gz",
-                             json.dumps(doc, sort_keys=True).encode("utf-8"))
+                                   json.dumps(doc, sort_keys=True).encode("utf-8"))
 
 
 def write_manifest(shipped_dir: str | Path, entries: list[dict[str, Any]]) -> Path:
