@@ -21,7 +21,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any, BinaryIO, TypeVar
+from typing import IO, Any, BinaryIO, NamedTuple, TypeVar
 
 from robustnlu.errors import ConfigError, DataError
 
@@ -32,8 +32,20 @@ UMASK = os.umask(0)  # read once (os.umask can only be read by setting it) and r
 os.umask(UMASK)
 
 
-#: a data file whose name ends in one of these is decompressed as it is read (`open_data`)
-DECOMPRESSING_OPENERS: dict[str, Callable[..., IO]] = {".xz": lzma.open, ".gz": gzip.open}
+class Codec(NamedTuple):
+    """How a file whose name ends in a compression suffix is read and written."""
+
+    open: Callable[..., IO]  # opens it, decompressing as it is read (`open_data`)
+    compress: Callable[[bytes], bytes]  # its bytes from the data (`atomic_write_compressed`)
+
+
+#: the compressed formats by suffix, in the order `data_file` looks for them. Both compressors
+#: give the same bytes for the same data (gzip's header has mtime 0; xz's has no time); xz -9e is
+#: about a quarter smaller than gzip -9 on a record's predictions
+CODECS: dict[str, Codec] = {
+    ".xz": Codec(lzma.open, lambda data: lzma.compress(data, preset=9 | lzma.PRESET_EXTREME)),
+    ".gz": Codec(gzip.open, lambda data: gzip.compress(data, compresslevel=9, mtime=0)),
+}
 #: what reading a compressed file raises when it is corrupt or cut short (BadGzipFile is an OSError)
 CORRUPT_STREAM = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)
 
@@ -46,7 +58,7 @@ def data_file(path: str | Path) -> Path:
     path = Path(path)
     if path.exists():
         return path
-    for suffix in DECOMPRESSING_OPENERS:
+    for suffix in CODECS:
         compressed = path.with_name(path.name + suffix)
         if compressed.is_file():
             return compressed
@@ -55,10 +67,11 @@ def data_file(path: str | Path) -> Path:
 
 def open_data(path: str | Path, mode: str = "rb", encoding: str | None = None) -> IO:
     """``path`` opened for reading (``mode`` ``rb``, or ``rt`` with ``encoding``), decompressed on
-    the fly when its name ends in ``.xz`` or ``.gz`` (`DECOMPRESSING_OPENERS`); reading a corrupt or
+    the fly when its name ends in ``.xz`` or ``.gz`` (`CODECS`); reading a corrupt or
     cut-short one raises one of `CORRUPT_STREAM`."""
     path = Path(path)
-    return DECOMPRESSING_OPENERS.get(path.suffix, open)(path, mode, encoding=encoding)
+    opener = CODECS[path.suffix].open if path.suffix in CODECS else open
+    return opener(path, mode, encoding=encoding)
 
 
 def read_data(path: str | Path) -> bytes:
@@ -180,22 +193,13 @@ def atomic_write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> 
     return atomic_write_files({path: write})[0]
 
 
-#: how `atomic_write_compressed` compresses a file whose name ends in the suffix: both give the
-#: same bytes for the same data (gzip's header has mtime 0; xz's has no time); xz -9e is about
-#: a quarter smaller than gzip -9 on a record's predictions
-COMPRESSORS: dict[str, Callable[[bytes], bytes]] = {
-    ".xz": lambda data: lzma.compress(data, preset=9 | lzma.PRESET_EXTREME),
-    ".gz": lambda data: gzip.compress(data, compresslevel=9, mtime=0),
-}
-
-
 def atomic_write_compressed(path: str | Path, data: bytes) -> Path:
-    """``data`` compressed as the suffix of ``path`` says (`COMPRESSORS`: ``.xz`` or ``.gz``),
+    """``data`` compressed as the suffix of ``path`` says (`CODECS`: ``.xz`` or ``.gz``),
     written atomically; the same data gives the same bytes each time. `open_data` reads it back."""
     path = Path(path)
-    if path.suffix not in COMPRESSORS:
-        raise ValueError(f"{path}: a compressed file's name ends in one of {sorted(COMPRESSORS)}")
-    compressed = COMPRESSORS[path.suffix](data)
+    if path.suffix not in CODECS:
+        raise ValueError(f"{path}: a compressed file's name ends in one of {sorted(CODECS)}")
+    compressed = CODECS[path.suffix].compress(data)
     return atomic_write_with(path, lambda f: f.write(compressed))
 
 
