@@ -634,8 +634,8 @@ def test_an_out_folder_inside_a_record_is_refused(records, tmp_path, capsys):
 
 
 def test_the_readme_counts_the_committed_records():
-    """README's status line ("N of the plan's M runs recorded ... K of Part E's 32") and the
-    headline's Part E count are the committed records' counts."""
+    """README's status line ("N of the plan's M runs recorded ... K of Part E's 32 ... J of Part
+    F's 8") and the headline's Part E and Part F counts are the committed records' counts."""
     root = Path(__file__).resolve().parents[2]
     records = root / "docs" / "reproduction" / "records"
     readme = (root / "README.md").read_text()
@@ -649,3 +649,7 @@ def test_the_readme_counts_the_committed_records():
     assert [int(g) for g in status.groups()] == [len(recorded), len(planned), e_recorded, len(part_e)]
     headline = re.search(r"\((\d+)\s+of\s+Part\s+E's\s+(\d+)\s+runs", readme)  # wrapped anywhere
     assert headline is not None and [int(g) for g in headline.groups()] == [e_recorded, len(part_e)]
+    part_f = study.report_design(records).parts["F"]
+    f_counts = re.findall(r"(\d+)\s+of\s+Part\s+F's\s+(\d+)", readme)  # the headline's and the status's
+    f_recorded = sum((records / name / "results.json").is_file() for name in part_f)
+    assert len(f_counts) == 2 and {(int(n), int(of)) for n, of in f_counts} == {(f_recorded, len(part_f))}
