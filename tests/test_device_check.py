@@ -17,7 +17,7 @@ import tomllib
 import pytest
 import torch
 
-from bench import device_wheels
+from bench import device_wheels, gpu_readme
 from integration_helpers import REPO
 
 MEASURED = ("examples_per_s", "seconds", "wall_s", "flops_per_s", "model_flops_per_s", "epoch_s", "train_s",
@@ -161,6 +161,39 @@ def tiny(tmp_path_factory):
 
     cfg = compose_config(tmp_path_factory.mktemp("compose"), ["encoder=tiny"])
     return load_workload(cfg, 3)
+
+
+def test_the_readme_section_quotes_the_check(check):
+    """`bench.gpu_readme`: the throughput row, the packing table and the CLI run's epochs are the
+    JSON's numbers; the run is named by its committed path."""
+    _, results, _ = check
+    text = gpu_readme.section(results, "bench/results/gpu/run.json")
+    t = results["summary"]["throughput"]["tiny_b32"]
+    (compiled,) = results["compile"]["configs"]
+    row = next(line for line in text.splitlines() if line.startswith("| tiny | 32 |"))
+    assert [c.strip() for c in row.strip("|").split("|")] == [
+        "tiny", "32", f"{round(t['ours_examples_per_s']):,d}", f"{round(t['mfu'] * 100, 1):.1f}%", "–",
+        f"{t['bf16_vs_fp32_lightning']:.2f}", f"{t['lightning_vs_plain_bf16']:.2f}", f"{t['ours_vs_jointbert_recipe']:.2f}",
+        f"{compiled['runs']['lightning_compiled']['examples_per_s'] / compiled['runs']['lightning_eager']['examples_per_s']:.2f}"]
+    table = results["packing"]["table"]
+    assert "| runs at once on the GPU | 1 | 2 |" in text
+    assert "| aggregate examples/s | " + " | ".join(f"{round(r['aggregate_examples_per_s']):,d}" for r in table) in text
+    epochs = [e["epoch_s"] for e in results["cli"]["epochs"]]
+    assert f"trained its epochs in {epochs[0]:.1f}, {epochs[1]:.1f} s." in text
+    assert "`bench/results/gpu/run.json`" in text and results["summary"]["device"] in text
+    assert text.endswith("not projected: the CLI run's epochs were cut to a few batches.\n")
+
+
+def test_the_readme_quotes_gpu_figures_only_from_a_committed_run():
+    """README's measured GPU figures are `bench.gpu_readme`'s section of the newest JSON under
+    bench/results/gpu/ (the one results folder git tracks), verbatim; without one, it quotes none."""
+    readme = (REPO / "README.md").read_text()
+    runs = sorted((REPO / "bench" / "results" / "gpu").glob("*.json"))
+    if not runs:
+        assert "Measured by the device check" not in readme
+        return
+    newest = runs[-1]
+    assert gpu_readme.section(json.loads(newest.read_text()), newest.relative_to(REPO).as_posix()) in readme
 
 
 def test_the_flop_count_is_pytorchs(tiny):

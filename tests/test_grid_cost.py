@@ -8,6 +8,7 @@ import json
 import pytest
 
 from bench.device_check import format_table
+from bench.gpu_readme import grid_sentence
 from bench.grid_cost import grid_projection, part_e_mean_epochs
 from integration_helpers import REPO
 
@@ -76,3 +77,20 @@ def test_the_device_check_s_table_prints_the_grid(tmp_path):
     summary["grid"] = grid_projection(SUMMARY, cut_epochs=True, records=tmp_path)
     table = format_table({"mode": "cpu", "wall_s": 400.0, "summary": summary, "stages": {}})
     assert table.splitlines()[-1] == "SNIPS grid (64 runs): not projected: the CLI run's epochs were cut to a few batches"
+
+
+def test_the_readme_s_sentence_gives_the_grid_s_hours(tmp_path):
+    """The README's sentence (`bench.gpu_readme`): the hand-computed hours above, one decimal; with
+    Part E's records, at both epoch counts, the paper's first."""
+    assert grid_sentence(grid_projection(SUMMARY, cut_epochs=False, records=tmp_path)) == (
+        "The SNIPS grid (64 runs: 8 scenarios × ERM and the three TopK methods × 2 seeds) on one GPU, in GPU-hours "
+        "at the paper's budget of 100 epochs: MiniLM 71.1; BERT-base 213.3; MiniLM with 4 runs per GPU (2.50× the "
+        "aggregate of one): 28.4 (`bench/grid_cost.py`).")
+    epochs = part_e_epochs()
+    mean = sum(epochs) / len(epochs)
+    sentence = grid_sentence(grid_projection(SUMMARY, cut_epochs=False, records=RECORDS))
+    assert (f"at the paper's budget of 100 epochs and at the {mean:.1f} epochs Part E's {len(epochs)} runs took to "
+            f"their plateau: MiniLM 71.1 and {64 * mean * 40 / 3600:.1f}; BERT-base 213.3 and "
+            f"{64 * mean * 120 / 3600:.1f};") in sentence
+    assert grid_sentence(grid_projection(SUMMARY, cut_epochs=True, records=tmp_path)) == (
+        "The SNIPS grid's cost (64 runs): not projected: the CLI run's epochs were cut to a few batches.")

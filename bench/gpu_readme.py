@@ -1,0 +1,98 @@
+"""The README's "On a GPU" figures from a device check's JSON (`bench.device_check`), so that what the
+README quotes is the committed run's to the digit: ``python -m bench.gpu_readme
+bench/results/gpu/<date>-<kind>.json`` prints the section's body (the sentence naming the run, the
+throughput table, packing, the CLI run and the grid's cost) to paste under ``### On a GPU``;
+tests/test_device_check.py checks the README against the newest committed JSON.
+
+The table's columns are the issue's acceptance figures: examples/s of our loop (Lightning,
+bf16-mixed) per architecture and batch size, model FLOPs utilisation against the bf16 matmul rate
+measured in the same run, peak GPU memory, and the ratios bf16 ÷ fp32, Lightning ÷ the plain loop,
+ours ÷ the JointBERT recipe (float32, padding to 50, eager, a ``.item()`` per step) and compiled ÷
+eager (Lightning, length buckets; where the compile stage measured that configuration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+GIB = 2**30
+#: the device check's architectures (`bench.device_check.ARCHS`, the CPU plan's ``tiny``) as the README names them
+LABELS = {"minilm": "MiniLM", "bert_base": "BERT-base", "tiny": "tiny"}
+
+
+def number(value: float | None, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def throughput_rows(results: dict[str, Any]) -> list[str]:
+    """One markdown row per measured architecture and batch size."""
+    summary = results["summary"]
+    compiled = {f"{c['arch']}_b{c['batch_size']}": c.get("compiled_vs_eager", {}).get("lightning")
+                for c in results.get("compile", {}).get("configs", [])}
+    rows = []
+    for name, t in summary["throughput"].items():
+        arch, batch = name.rsplit("_b", 1)
+        memory = t["peak_memory_bytes"] / GIB if t["peak_memory_bytes"] else None
+        rows.append(f"| {LABELS[arch]} | {batch} | {number(t['ours_examples_per_s'], ',.0f')} | {number(t['mfu'], '.1%')} | "
+                    f"{number(memory, '.2f')} | {number(t['bf16_vs_fp32_lightning'], '.2f')} | "
+                    f"{number(t['lightning_vs_plain'], '.2f')} | {number(t['ours_vs_jointbert_recipe'], '.2f')} | "
+                    f"{number(compiled.get(name), '.2f')} |")
+    return rows
+
+
+def grid_sentence(grid: dict[str, Any] | None) -> str:
+    if not grid:
+        return "The SNIPS grid's cost: not projected (the check's CLI stage did not run)."
+    if "gpu_hours" not in grid:
+        return f"The SNIPS grid's cost ({grid['runs']} runs): not projected: {grid['reason']}."
+    epochs = grid["epochs"]
+    at = {"paper_max": f"the paper's budget of {epochs['paper_max']} epochs",
+          "part_e_mean": f"the {epochs.get('part_e_mean', 0):.1f} epochs Part E's {grid.get('part_e_records')} "
+                         "runs took to their plateau"}
+    parts = [f"{LABELS[arch]} " + " and ".join(f"{hours[n]:,.1f}" for n in epochs)
+             for arch, hours in grid["gpu_hours"].items()]
+    packed = " and ".join(f"{grid['gpu_hours_packed']['minilm'][n]:,.1f}" for n in epochs)
+    return (f"The SNIPS grid ({grid['runs']} runs: 8 scenarios × ERM and the three TopK methods × 2 seeds) on one "
+            f"GPU, in GPU-hours at {' and at '.join(at[n] for n in epochs)}: {'; '.join(parts)}; MiniLM with "
+            f"{grid['packing_k']} runs per GPU ({grid['packing_speedup']:.2f}× the aggregate of one): {packed} "
+            "(`bench/grid_cost.py`).")
+
+
+def section(results: dict[str, Any], source: str) -> str:
+    """The section's body for the device check ``results`` committed as ``source``."""
+    summary = results["summary"]
+    lines = [
+        f"Measured by the device check (bench/DEVICE.md) on {summary['device']} (torch {summary['torch']}, "
+        f"{results['started'][:10]}; `{source}`), {results['wall_s']:.0f} s in all; the bf16 matmul rate measured "
+        f"in the same run: {number(summary['matmul_bf16_tflops'], '.3g')} TFLOP/s. The encoders: "
+        f"{results['encoder_weights']}.", "",
+        "| architecture | batch | examples/s (ours: Lightning, bf16-mixed) | MFU | peak memory (GiB) | bf16 ÷ fp32 "
+        "| Lightning ÷ plain loop (goal ≥ 0.9) | ours ÷ JointBERT recipe (goal ≥ 3) | compiled ÷ eager |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *throughput_rows(results), ""]
+    if summary["packing"]:
+        lines += ["| runs at once on the GPU | " + " | ".join(k[1:] for k in summary["packing"]) + " |",
+                  "|---|" + "---|" * len(summary["packing"]),
+                  "| aggregate examples/s | " + " | ".join(f"{v['aggregate_examples_per_s']:,.0f}"
+                                                           for v in summary["packing"].values()) + " |",
+                  "| × one run | " + " | ".join(number(v["speedup_vs_k1"], ".2f")
+                                              for v in summary["packing"].values()) + " |", ""]
+    if summary["cli_epoch_s"]:
+        lines += [f"The user's command (`{results['cli']['command']}`) trained its epochs in "
+                  + ", ".join(f"{s:.1f}" for s in summary["cli_epoch_s"]) + " s.", ""]
+    lines.append(grid_sentence(summary.get("grid")))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("json", type=Path, help="a device check's device_check.json, as committed")
+    args = parser.parse_args(argv)
+    print(section(json.loads(args.json.read_text()), args.json.as_posix()), end="")
+
+
+if __name__ == "__main__":
+    main()
