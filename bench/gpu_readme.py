@@ -48,15 +48,15 @@ def grid_sentence(grid: dict[str, Any] | None) -> str:
         return "The SNIPS grid's cost: not projected (the check's CLI stage did not run)."
     if "gpu_hours" not in grid:
         return f"The SNIPS grid's cost ({grid['runs']} runs): not projected: {grid['reason']}."
-    epochs = grid["epochs"]
-    at = {"paper_max": f"the paper's budget of {epochs['paper_max']} epochs",
-          "part_e_mean": f"the {epochs.get('part_e_mean', 0):.1f} epochs Part E's {grid.get('part_e_records')} "
-                         "runs took to their plateau"}
+    epochs = grid["epochs"]  # the paper's budget, then Part E's mean where it has records (`grid_projection`)
+    at = [f"the paper's budget of {epochs['paper_max']} epochs"]
+    if "part_e_mean" in epochs:
+        at.append(f"the {epochs['part_e_mean']:.1f} epochs Part E's {grid['part_e_records']} runs took to their plateau")
     parts = [f"{LABELS[arch]} " + " and ".join(f"{hours[n]:,.1f}" for n in epochs)
              for arch, hours in grid["gpu_hours"].items()]
     packed = " and ".join(f"{grid['gpu_hours_packed']['minilm'][n]:,.1f}" for n in epochs)
     return (f"The SNIPS grid ({grid['runs']} runs: 8 scenarios × ERM and the three TopK methods × 2 seeds) on one "
-            f"GPU, in GPU-hours at {' and at '.join(at[n] for n in epochs)}: {'; '.join(parts)}; MiniLM with "
+            f"GPU, in GPU-hours at {' and at '.join(at)}: {'; '.join(parts)}; MiniLM with "
             f"{grid['packing_k']} runs per GPU ({grid['packing_speedup']:.2f}× the aggregate of one): {packed} "
             "(`bench/grid_cost.py`).")
 
