@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import hydra
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException
 from hydra.types import RunMode
@@ -135,10 +136,19 @@ METHOD_NODE_GROUPS = ("a method's group source is chosen with groups@method.grou
                       "adversary@method.adversary=<name> (conf/adversary/: ratio_net, generative_lm)")
 
 
-def hydra_message(err: CompactHydraException) -> str:
+#: what composing a config raises for the user's mistakes: Hydra's own errors, and a YAML file
+#: that does not parse (Hydra lets PyYAML's error through, a traceback otherwise)
+COMPOSE_ERRORS = (CompactHydraException, yaml.YAMLError)
+
+
+def hydra_message(err: CompactHydraException | yaml.YAMLError) -> str:
     """Hydra's message for a config it cannot compose, on one line (its OmegaConf cause
     included; the config search path and OmegaConf's key details left out); an override of
-    ``groups=`` or ``adversary=`` gets `METHOD_NODE_GROUPS`."""
+    ``groups=`` or ``adversary=`` gets `METHOD_NODE_GROUPS`. A YAML file that does not parse:
+    ``<file>:<line>: not valid YAML: <PyYAML's problem>``."""
+    if isinstance(err, yaml.YAMLError):
+        mark, problem = getattr(err, "problem_mark", None), getattr(err, "problem", None) or str(err)
+        return f"{mark.name}:{mark.line + 1}: not valid YAML: {problem}" if mark else f"not valid YAML: {problem}"
     text = str(err).split("Config search path:")[0]
     if err.__cause__ is not None and str(err.__cause__) not in text:
         text += "\n" + str(err.__cause__)
@@ -174,7 +184,7 @@ def hydra_app(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Calla
             except JobFailed as err:
                 print(err, file=sys.stderr, flush=True)
                 sys.exit(1)
-            except CompactHydraException as err:
+            except COMPOSE_ERRORS as err:
                 sys.exit(report(ConfigError(hydra_message(err))))
             except InterpolationResolutionError as err:  # a resolver's user error (the search space a method declares)
                 cause = err.__context__
@@ -198,7 +208,7 @@ def compose_run_config(overrides: list[str]) -> DictConfig:
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
-    except CompactHydraException as err:
+    except COMPOSE_ERRORS as err:
         raise ConfigError(hydra_message(err)) from err
     with open_dict(cfg):  # what the multirun's jobs will see as ${hydra:runtime.output_dir}
         cfg.hydra.runtime.output_dir = cfg.hydra.sweep.dir

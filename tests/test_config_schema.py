@@ -68,6 +68,21 @@ def test_a_bad_config_value_is_one_line_exit_2_and_nothing_on_disk(tmp_path, cas
     assert files_under(tmp_path) == []  # no run dir, no Hydra log, no split cache (outputs/cache)
 
 
+def test_a_config_file_that_is_not_yaml_is_one_line_naming_its_line(tmp_path):
+    """~5 s: a method file of the user's config folder with a tab where YAML allows none; the
+    drivers that compose the config themselves (robustnlu.hpo) say the same."""
+    (tmp_path / "myconf" / "method").mkdir(parents=True)
+    (tmp_path / "myconf" / "method" / "mine.yaml").write_text("_target_: robustnlu.robust.erm.ERM\nname: mine\n\tk: 1\n")
+    overrides = [f"hydra.searchpath=[file://{tmp_path}/myconf]", "method=mine"]
+    expected = f"{tmp_path}/myconf/method/mine.yaml:3: not valid YAML: found character '\\t' that cannot start any token"
+    proc = run_cli([*FAST, *overrides, f"hydra.run.dir={tmp_path}/outputs/run"], cwd=tmp_path)
+    assert (proc.returncode, error_lines(proc.stderr)) == (2, ["error: " + expected])
+    assert not (tmp_path / "outputs").exists()
+    with pytest.raises(ConfigError) as err:
+        compose_run_config([*FAST, *overrides])
+    assert str(err.value) == expected
+
+
 #: the other kinds of check, in-process (the same check `run_or_exit` makes): (overrides, message)
 MORE_BAD_VALUES = {
     "bad choice": (["method=group_dro", "method.sampling=balanced"],
