@@ -31,6 +31,7 @@ import re
 import subprocess
 import sys
 import traceback
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,7 +47,7 @@ from omegaconf.errors import InterpolationResolutionError
 from robustnlu.config_schema import check_config
 from robustnlu.errors import ConfigError, RobustNLUError, report
 from robustnlu.io import atomic_write_json, atomic_write_text
-from robustnlu.paths import CONF_DIR
+from robustnlu.paths import CONF_DIR, check_search_path
 from robustnlu.rundir import RunDir, status_record
 from robustnlu.rundir_claim import claim, secondary_process, undo, unclaim
 
@@ -77,6 +78,7 @@ def run_or_exit(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
             report(err)
             raise JobFailed(f"error: {err}") from err
     try:
+        check_search_path(list(hydra_cfg.searchpath), hydra_cfg.runtime.choices)
         check_config(cfg, hydra_cfg.job.config_name)
         result = task(cfg)
     except RobustNLUError as err:
@@ -136,6 +138,10 @@ METHOD_NODE_GROUPS = ("a method's group source is chosen with groups@method.grou
                       "adversary@method.adversary=<name> (conf/adversary/: ratio_net, generative_lm)")
 
 
+#: Hydra's warning for a ``hydra.searchpath`` folder that is not there, left out: the run stops
+#: on it with one line (`robustnlu.paths.check_search_path`)
+SEARCH_PATH_WARNING = r"provider=hydra\.searchpath in .* is not available"
+
 #: what composing a config raises for the user's mistakes: Hydra's own errors, and a YAML file
 #: that does not parse (Hydra lets PyYAML's error through, a traceback otherwise)
 COMPOSE_ERRORS = (CompactHydraException, yaml.YAMLError)
@@ -179,6 +185,7 @@ def hydra_app(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Calla
         @functools.wraps(task)
         def main() -> None:
             os.environ["HYDRA_FULL_ERROR"] = "1"
+            warnings.filterwarnings("ignore", SEARCH_PATH_WARNING)
             try:
                 app()
             except JobFailed as err:
@@ -205,6 +212,7 @@ def compose_run_config(overrides: list[str]) -> DictConfig:
     multiruns (robustnlu.hpo, robustnlu.efficiency) and must know where they will write."""
     from hydra import compose, initialize_config_dir
 
+    warnings.filterwarnings("ignore", SEARCH_PATH_WARNING)
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
@@ -216,6 +224,7 @@ def compose_run_config(overrides: list[str]) -> DictConfig:
     previous, hydra_config.cfg = hydra_config.cfg, None
     try:
         hydra_config.set_config(cfg)  # resolves ${hydra:...} as in a job
+        check_search_path(list(cfg.hydra.searchpath), cfg.hydra.runtime.choices)
         check_config(cfg, "config")
     finally:
         hydra_config.cfg = previous

@@ -180,6 +180,27 @@ def test_a_bad_value_for_a_users_method_is_one_error_line(user, tmp_path, overri
     assert not (tmp_path / "run").exists() and file_bytes(user.folder) == before
 
 
+def test_a_users_config_folder_that_is_missing_or_renames_a_shipped_file_is_one_error_line(user, tmp_path):
+    """~20 s: robustnlu's configs come first on Hydra's search path, so the user's method/topk.yaml
+    (k = 2) would be passed over for the shipped one (k = 4): refused, as is a folder that is not
+    there (Hydra would only warn); a copy of a shipped file, the same bytes, is no error."""
+    (tmp_path / "mine" / "method").mkdir(parents=True)
+    (tmp_path / "mine" / "method" / "topk.yaml").write_text((CONF / "method" / "topk.yaml").read_text())
+    (tmp_path / "mine" / "method" / "erm.yaml").write_text("_target_: robustnlu.robust.topk.TopK\nname: erm\nk: 2\n")
+    for method, line in [("erm", f"error: hydra.searchpath: {tmp_path}/mine/method/erm.yaml is not read: robustnlu's "
+                                 "own method/erm.yaml has its name and is read instead; give yours a name of its own"),
+                         ("batch_cvar", f"error: hydra.searchpath: no such folder: {tmp_path}/nowhere "
+                                        f"(got file://{tmp_path}/nowhere)")]:
+        searchpath = f"hydra.searchpath=[file://{tmp_path / 'mine'},{user.folder / 'myconf'},file://{tmp_path / 'nowhere'}]"
+        proc = user.run(*TINY, f"method={method}", searchpath, f"hydra.run.dir={tmp_path}/run")
+        assert (proc.returncode, [ln for ln in proc.stderr.splitlines() if ln.strip()]) == (2, [line])
+        assert not (tmp_path / "run").exists()
+    proc = user.run(*TINY, "method=topk", f"hydra.searchpath=[file://{tmp_path / 'mine'},{user.folder / 'myconf'}]",
+                    f"hydra.run.dir={tmp_path}/run")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["config"]["method"]["k"] == 4
+
+
 def test_a_users_group_source_groups_a_robustnlu_method(user, tmp_path):
     """~15 s: TopK-Group over the user's intent groups, with a value of the source's own; a bad one refused."""
     run_dir = tmp_path / "run"
