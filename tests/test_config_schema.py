@@ -83,6 +83,22 @@ def test_a_config_file_that_is_not_yaml_is_one_line_naming_its_line(tmp_path):
     assert str(err.value) == expected
 
 
+@pytest.mark.parametrize("name, problem", [
+    ("./my-encoder", "no such folder"),
+    (str(CONF), "cannot load a Hugging Face encoder from it: Couldn't instantiate the backend tokenizer"),
+])
+def test_an_encoder_folder_without_a_model_is_one_error_line(tmp_path, name, problem):
+    """~5 s each: ``encoder=hf encoder.name=<folder>`` where the folder is not there, or holds no
+    model (robustnlu's conf/); nothing written."""
+    data = write_snips_sample_jsonl(tmp_path.parent / f"{tmp_path.name}-data", n_train=32, n_eval=16)
+    proc = run_cli([*FAST, "encoder=hf", f"encoder.name={name}", *jsonl_overrides(data),
+                    f"hydra.run.dir={tmp_path}/outputs/run"], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = error_lines(proc.stderr)
+    assert line.startswith(f"error: encoder.name: {problem}") and line.endswith(f"(got {name})")
+    assert files_under(tmp_path) == []
+
+
 #: the other kinds of check, in-process (the same check `run_or_exit` makes): (overrides, message)
 MORE_BAD_VALUES = {
     "bad choice": (["method=group_dro", "method.sampling=balanced"],
