@@ -113,6 +113,10 @@ MORE_BAD_VALUES = {
                               "callbacks.mine._target_: cannot be imported (No module named 'no') (got no.such.Callback)"),
     "not set": (["dataset=jsonl", "dataset.train=x.jsonl"], "dataset.test: must be set (got ???)"),
     "longer than the positions": (["data.max_length=200"], "data.max_length: must be <= encoder.max_position_embeddings (got 200)"),
+    # a run's folder is named with them: a / would nest a sweep's job where status and compare do not look
+    "method name with a /": (["method=topk", "method.name=topk/k8"],
+                             "method.name: must be usable as a folder name (no /, not . or ..) (got topk/k8)"),
+    "dataset name ..": (["dataset.name=.."], "dataset.name: must be usable as a folder name (no /, not . or ..) (got ..)"),
     "no edit": (["augment=misspelling", "augment.noise.edit_probs={insertion:0,deletion:0,substitution:0,transposition:0}"],
                 "augment.noise.edit_probs: must have a positive sum (got {insertion:0,deletion:0,substitution:0,transposition:0})"),
 }
