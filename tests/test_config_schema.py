@@ -113,6 +113,10 @@ MORE_BAD_VALUES = {
                               "callbacks.mine._target_: cannot be imported (No module named 'no') (got no.such.Callback)"),
     "not set": (["dataset=jsonl", "dataset.train=x.jsonl"], "dataset.test: must be set (got ???)"),
     "longer than the positions": (["data.max_length=200"], "data.max_length: must be <= encoder.max_position_embeddings (got 200)"),
+    # each parametric method's own kind of adversary: the other's would fail in the run's setup
+    "the other method's adversary": (["method=rpdro", "adversary@method.adversary=generative_lm"],
+                                     "method.adversary._target_: must be a subclass of robustnlu.adversary.ratio."
+                                     "RatioAdversary (got robustnlu.adversary.generative_lm.GenerativeLM)"),
     # a run's folder is named with them: a / would nest a sweep's job where status and compare do not look
     "method name with a /": (["method=topk", "method.name=topk/k8"],
                              "method.name: must be usable as a folder name (no /, not . or ..) (got topk/k8)"),
