@@ -201,6 +201,20 @@ def test_a_users_config_folder_that_is_missing_or_renames_a_shipped_file_is_one_
     assert json.loads((tmp_path / "run" / "results.json").read_text())["config"]["method"]["k"] == 4
 
 
+def test_a_checkpoint_of_a_users_method_predicts_where_its_package_imports(user, tmp_path):
+    """~10 s: predict needs the method's class (its state is in the checkpoint); without the
+    user's package on the path the one line says so, not that the checkpoint is broken."""
+    run_dir = tmp_path / "run"
+    assert user.train(*TINY, "method=batch_cvar", f"hydra.run.dir={run_dir}").returncode == 0
+    (ckpt,) = (run_dir / "checkpoints").glob("best-*.ckpt")
+    proc = user.run("--ckpt", str(ckpt), "play adele", module="robustnlu.predict")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    elsewhere = run_cli(["--ckpt", str(ckpt), "play adele"], cwd=tmp_path, module="robustnlu.predict")
+    assert elsewhere.returncode == 2 and elsewhere.stderr.splitlines() == [
+        f"error: {ckpt}: method._target_: cannot be imported (No module named 'mymethods') (got mymethods.BatchCVaR): "
+        "the checkpoint's method must be importable here, as where it was trained (its package on PYTHONPATH)"]
+
+
 def test_a_users_group_source_groups_a_robustnlu_method(user, tmp_path):
     """~15 s: TopK-Group over the user's intent groups, with a value of the source's own; a bad one refused."""
     run_dir = tmp_path / "run"
