@@ -45,7 +45,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationResolutionError
 
 from robustnlu.config_schema import check_config
-from robustnlu.errors import ConfigError, RobustNLUError, report
+from robustnlu.errors import CommandLineParser, ConfigError, RobustNLUError, exit_with_error, report
 from robustnlu.io import atomic_write_json, atomic_write_text
 from robustnlu.paths import CONF_DIR, check_search_path
 from robustnlu.rundir import RunDir, status_record
@@ -171,6 +171,27 @@ def hydra_message(err: CompactHydraException | yaml.YAMLError) -> str:
     return "; ".join(parts)
 
 
+def program() -> str:
+    """How the user called this command: ``python -m <module>``, or the console script's name."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return f"python -m {spec.name.removesuffix('.__main__')}" if spec is not None else Path(sys.argv[0]).name
+
+
+def check_hydra_flags(prog: str) -> None:
+    """Hydra's own flags (``--cfg``, ``--info``, ``-m``, ...) read as Hydra's parser reads them,
+    its usage errors as one line (`CommandLineParser`), before Hydra does: argparse would print
+    its usage first, and two modes at once (``-m --cfg job``) would end in a ValueError's traceback."""
+    from hydra._internal.utils import get_args_parser
+
+    args = CommandLineParser(prog=prog, add_help=False, parents=[get_args_parser()]).parse_args()
+    modes = [flag for flag, given in (("--run", args.run), ("--multirun", args.multirun), ("--cfg", args.cfg),
+                                      ("--info", args.info is not None), ("--shell-completion", args.shell_completion))
+             if given]
+    if len(modes) > 1:
+        exit_with_error(f"{prog}: only one of --run, --multirun, --cfg, --info and --shell-completion can be given "
+                        f"(got {' '.join(modes)}; see {prog} --help)")
+
+
 def hydra_app(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Callable[[], None]]:
     """``@hydra.main`` over ``conf/<config_name>.yaml`` (`CONF_DIR`), except that a config Hydra cannot
     compose ends like every user error: one line, exit 2 (Hydra prints several lines and exits
@@ -184,6 +205,7 @@ def hydra_app(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Calla
 
         @functools.wraps(task)
         def main() -> None:
+            check_hydra_flags(program())
             os.environ["HYDRA_FULL_ERROR"] = "1"
             warnings.filterwarnings("ignore", SEARCH_PATH_WARNING)
             try:

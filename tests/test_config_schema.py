@@ -166,6 +166,12 @@ OTHER_ENTRY_POINTS = {
                                                              "target=<alarm|event|messaging|music|navigation|reminder|timer|weather>"),
     "efficiency bad value": ("robustnlu.efficiency", ["target=alarm", "efficiency.percent=120"],
                              "error: efficiency.percent: must be in [0, 100] (got 120)"),
+    # Hydra's own flags: argparse's usage lines, or a ValueError's traceback for two modes at once
+    "hydra flag": ("robustnlu", ["--cfg", "jobb"], "error: python -m robustnlu: argument --cfg/-c: invalid choice: "
+                                                  "'jobb' (choose from 'job', 'hydra', 'all') (see python -m robustnlu --help)"),
+    "two hydra modes": ("robustnlu.seqdrift", ["-m", "--cfg", "job"],
+                        "error: python -m robustnlu.seqdrift: only one of --run, --multirun, --cfg, --info and "
+                        "--shell-completion can be given (got --multirun --cfg; see python -m robustnlu.seqdrift --help)"),
     "compare": ("robustnlu.analysis.compare", ["empty"], "error: empty: neither a run directory"),
     "robustness": ("robustnlu.analysis.robustness", ["empty"], "error: empty: neither a run directory"),
     "report": ("robustnlu.report", ["empty", "--out", "report"], "error: "),
