@@ -99,6 +99,22 @@ def test_an_encoder_folder_without_a_model_is_one_error_line(tmp_path, name, pro
     assert files_under(tmp_path) == []
 
 
+@pytest.mark.parametrize("override, expected", [
+    ("+trainer.limit_train_batches=-1", "error: trainer: MisconfigurationException: You have passed invalid value -1 "
+                                        "for limit_train_batches, it has to be in [0.0, 1.0] or an int."),
+    ("+logger.csv.bogus=1", "error: logger.csv: TypeError: CSVLogger.__init__() got an unexpected keyword argument 'bogus'"),
+])
+def test_an_argument_its_class_refuses_is_one_error_line_naming_the_node(tmp_path, override, expected):
+    """~10 s each: the schema leaves Lightning's Trainer arguments and a logger's to their class,
+    which refuses them when the run builds it (Lightning may warn before, e.g. of srun)."""
+    data = write_snips_sample_jsonl(tmp_path.parent / f"{tmp_path.name}-data", n_train=32, n_eval=16)
+    proc = run_cli([*FAST, *jsonl_overrides(data), override, f"hydra.run.dir={tmp_path}/outputs/run"], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")] == [expected]
+    assert "Traceback" not in proc.stderr and "Error executing job" not in proc.stderr
+    assert files_under(tmp_path) == []
+
+
 #: the other kinds of check, in-process (the same check `run_or_exit` makes): (overrides, message)
 MORE_BAD_VALUES = {
     "bad choice": (["method=group_dro", "method.sampling=balanced"],
