@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 import hydra
 import yaml
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import CompactHydraException
+from hydra.errors import CompactHydraException, InstantiationException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationResolutionError
@@ -80,7 +80,7 @@ def run_or_exit(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
     try:
         check_search_path(list(hydra_cfg.searchpath), hydra_cfg.runtime.choices)
         check_config(cfg, hydra_cfg.job.config_name)
-        result = task(cfg)
+        result = unwrapped(task, cfg)
     except RobustNLUError as err:
         undo(run_dir, keep=err.keeps_run_dir)
         status = report(err)
@@ -97,6 +97,17 @@ def run_or_exit(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
     if multirun:
         unclaim(run_dir)
     return result
+
+
+def unwrapped(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
+    """``task(cfg)``; a user error raised by a constructor Hydra calls (a method's own check of
+    its values), which Hydra wraps in an InstantiationException, raised as itself."""
+    try:
+        return task(cfg)
+    except InstantiationException as err:
+        if isinstance(err.__cause__, RobustNLUError):
+            raise err.__cause__ from None
+        raise
 
 
 def record_failed_job(run_dir: Path, error: str, overrides: list[str], crash: BaseException | None = None) -> None:

@@ -48,7 +48,7 @@ from robustnlu.data.datamodule import SLUDataModule
 from robustnlu.data.utterance import Corpus
 from robustnlu.data.readers import load_corpus
 from robustnlu.distributed import check_launch
-from robustnlu.errors import ConfigError, RunWriteError
+from robustnlu.errors import ConfigError, RobustNLUError, RunWriteError
 from robustnlu.evaluate import evaluate_suites, write_robustness
 from robustnlu.extras import require
 from robustnlu.hardware import device_record
@@ -148,6 +148,8 @@ def built(key: str, node: Any, **kwargs: Any) -> Any:
     try:
         return instantiate(node, **kwargs)
     except InstantiationException as err:
+        if isinstance(err.__cause__, RobustNLUError):  # the class's own check, said in its words
+            raise
         raise ConfigError(f"{key}: {first_line(err.__cause__ or err)}") from err
 
 

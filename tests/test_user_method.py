@@ -215,6 +215,49 @@ def test_a_checkpoint_of_a_users_method_predicts_where_its_package_imports(user,
         "the checkpoint's method must be importable here, as where it was trained (its package on PYTHONPATH)"]
 
 
+#: a method with a rule across its values that no single spec says: its constructor checks it
+RANGE_METHOD = '''
+    from robustnlu.config_spec import number
+    from robustnlu.errors import ConfigError
+    from robustnlu.hparams import HParam
+    from robustnlu.robust.base import RobustObjective
+
+
+    class QuantileBand(RobustObjective):
+        """The mean of the losses between the lo and hi quantiles of the batch."""
+
+        HPARAMS = {"lo": HParam(number("[0, 1]"), 0.5, "lower quantile"), "hi": HParam(number("[0, 1]"), 1.0, "upper")}
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            if self.hparams["lo"] >= self.hparams["hi"]:
+                raise ConfigError(f"method.hi: must be > method.lo ({self.hparams['lo']}) (got {self.hparams['hi']})")
+
+        def reduce(self, losses, task, step):
+            lo, hi = losses.quantile(self.hparams["lo"]), losses.quantile(self.hparams["hi"])
+            return losses[(losses >= lo) & (losses <= hi)].mean()
+'''
+
+
+def test_a_users_method_that_refuses_its_values_in_its_constructor_is_one_error_line(user, tmp_path):
+    """~10 s: the method's own check (a ConfigError its constructor raises, which Hydra wraps in
+    an InstantiationException) ends the run as the schema's would: its line, exit 2, no run
+    directory; in a sweep it fails its own job, recorded in the job's status.json."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "band.py").write_text(textwrap.dedent(RANGE_METHOD))
+    (tmp_path / "conf" / "method").mkdir(parents=True)
+    (tmp_path / "conf" / "method" / "band.yaml").write_text("_target_: band.QuantileBand\nname: band\nlo: 0.9\nhi: 0.5\n")
+    common = [*TINY, "method=band", f"hydra.searchpath=[file://{tmp_path / 'conf'},file://{user.folder / 'myconf'}]"]
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "pkg"), cli_env()["PYTHONPATH"]])}
+    proc = run_cli([*common, f"hydra.run.dir={tmp_path}/run"], cwd=user.folder, env=env)
+    line = "error: method.hi: must be > method.lo (0.9) (got 0.5)"
+    assert (proc.returncode, [ln for ln in proc.stderr.splitlines() if ln.startswith(("error", "Error"))]) == (2, [line])
+    assert not (tmp_path / "run").exists()
+    sweep = run_cli(["-m", *common, f"hydra.sweep.dir={tmp_path}/sweep", "hydra.sweep.subdir=job"], cwd=user.folder, env=env)
+    assert sweep.returncode == 1 and "Traceback" not in sweep.stderr
+    assert json.loads((tmp_path / "sweep" / "job" / "status.json").read_text())["error"] == line.removeprefix("error: ")
+
+
 def test_a_users_group_source_groups_a_robustnlu_method(user, tmp_path):
     """~15 s: TopK-Group over the user's intent groups, with a value of the source's own; a bad one refused."""
     run_dir = tmp_path / "run"
