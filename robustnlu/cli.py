@@ -78,7 +78,7 @@ def run_or_exit(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
             report(err)
             raise JobFailed(f"error: {err}") from err
     try:
-        check_search_path(list(hydra_cfg.searchpath), hydra_cfg.runtime.choices)
+        check_search_path(list(hydra_cfg.searchpath), hydra_cfg.job.config_name, hydra_cfg.runtime.choices)
         check_config(cfg, hydra_cfg.job.config_name)
         result = unwrapped(task, cfg)
     except RobustNLUError as err:
@@ -257,7 +257,7 @@ def compose_run_config(overrides: list[str]) -> DictConfig:
     previous, hydra_config.cfg = hydra_config.cfg, None
     try:
         hydra_config.set_config(cfg)  # resolves ${hydra:...} as in a job
-        check_search_path(list(cfg.hydra.searchpath), cfg.hydra.runtime.choices)
+        check_search_path(list(cfg.hydra.searchpath), "config", cfg.hydra.runtime.choices)
         check_config(cfg, "config")
     finally:
         hydra_config.cfg = previous

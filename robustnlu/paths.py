@@ -68,26 +68,26 @@ def shipped_config(group: str, name: str) -> dict[str, Any]:
     return OmegaConf.to_container(merged, resolve=True)["node"]
 
 
-def check_search_path(searchpath: list[str], choices: Mapping[str, Any]) -> None:
+def check_search_path(searchpath: list[str], config_name: str, choices: Mapping[str, Any]) -> None:
     """The user's config folders (``hydra.searchpath``, read after `CONF_DIR`): `ConfigError`
-    for one that is not there, or that holds a config file this run chose under a name robustnlu
-    ships with other contents. Hydra reads the first file of a name along the search path, so
-    robustnlu's would be read and the user's silently ignored. ``choices`` is Hydra's
-    ``runtime.choices`` (``groups@method.groups: lda_topics``); other schemes than ``file://``
-    are left to Hydra."""
+    for one that is not there, or that holds a config file this run read (the app's primary
+    config ``<config_name>.yaml``, each option it chose) under a name robustnlu ships, with other
+    contents. Hydra reads the first file of a name along the search path, so robustnlu's would
+    be read and the user's silently ignored. ``choices`` is Hydra's ``runtime.choices``
+    (``groups@method.groups: lda_topics``); other schemes than ``file://`` are left to Hydra."""
+    names = [f"{config_name}.yaml", *(f"{key.split('@')[0]}/{option}.yaml" for key, chosen in choices.items()
+                                      for option in ([chosen] if isinstance(chosen, str) else chosen or []))]
     for entry in searchpath:
         if "://" in entry and not entry.startswith("file://"):
             continue
         folder = Path(entry.removeprefix("file://"))
         if not folder.is_dir():
             raise ConfigError(f"hydra.searchpath: no such folder: {folder} (got {entry})")
-        for key, chosen in choices.items():
-            for option in [chosen] if isinstance(chosen, str) else chosen or []:
-                name = f"{key.split('@')[0]}/{option}.yaml"
-                ours, theirs = CONF_DIR / name, folder / name
-                if theirs.is_file() and ours.is_file() and theirs.read_bytes() != ours.read_bytes():
-                    raise ConfigError(f"hydra.searchpath: {theirs} is not read: robustnlu's own {name} has its name "
-                                      "and is read instead; give yours a name of its own")
+        for name in names:
+            ours, theirs = CONF_DIR / name, folder / name
+            if theirs.is_file() and ours.is_file() and theirs.read_bytes() != ours.read_bytes():
+                raise ConfigError(f"hydra.searchpath: {theirs} is not read: robustnlu's own {name} has its name "
+                                  "and is read instead; give yours a name of its own")
 
 
 #: the keys of a dataset config that hold paths (jsonl: the split files; mit: ``corpora``)

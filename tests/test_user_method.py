@@ -22,6 +22,8 @@ from hydra.utils import instantiate
 from hydra_plugins.robustnlu_plugins.optuna_sweeper import sweep_overrides
 
 from integration_helpers import CONF, FAST, REPO, cli_env, file_bytes, run_cli, write_snips_sample_jsonl
+from robustnlu.cli import compose_run_config
+from robustnlu.errors import ConfigError
 from test_cli import read_wandb_records
 
 #: the user's package: a CVaR over the batch (the mean of the ⌈α·b⌉ largest losses of each task,
@@ -199,6 +201,12 @@ def test_a_users_config_folder_that_is_missing_or_renames_a_shipped_file_is_one_
                     f"hydra.run.dir={tmp_path}/run")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "results.json").read_text())["config"]["method"]["k"] == 4
+    # the primary config too: a copy of conf/config.yaml with the user's defaults would be passed over
+    (tmp_path / "defaults").mkdir()
+    (tmp_path / "defaults" / "config.yaml").write_text((CONF / "config.yaml").read_text().replace("seed: 0", "seed: 1"))
+    with pytest.raises(ConfigError, match=r"^hydra\.searchpath: .*/defaults/config\.yaml is not read: robustnlu's own "
+                                          r"config\.yaml has its name"):
+        compose_run_config([f"hydra.searchpath=[file://{tmp_path / 'defaults'}]"])
 
 
 def test_a_checkpoint_of_a_users_method_predicts_where_its_package_imports(user, tmp_path):
