@@ -154,18 +154,24 @@ METHOD_NODE_GROUPS = ("a method's group source is chosen with groups@method.grou
 SEARCH_PATH_WARNING = r"provider=hydra\.searchpath in .* is not available"
 
 #: what composing a config raises for the user's mistakes: Hydra's own errors, and a YAML file
-#: that does not parse (Hydra lets PyYAML's error through, a traceback otherwise)
-COMPOSE_ERRORS = (CompactHydraException, yaml.YAMLError)
+#: that does not parse or is not UTF-8 (Hydra lets PyYAML's and Python's errors through, a
+#: traceback otherwise)
+COMPOSE_ERRORS = (CompactHydraException, yaml.YAMLError, UnicodeDecodeError)
 
 
-def hydra_message(err: CompactHydraException | yaml.YAMLError) -> str:
+def hydra_message(err: CompactHydraException | yaml.YAMLError | UnicodeDecodeError) -> str:
     """Hydra's message for a config it cannot compose, on one line (its OmegaConf cause
     included; the config search path and OmegaConf's key details left out); an override of
     ``groups=`` or ``adversary=`` gets `METHOD_NODE_GROUPS`. A YAML file that does not parse:
-    ``<file>:<line>: not valid YAML: <PyYAML's problem>``."""
+    ``<file>:<line>: not valid YAML: <PyYAML's problem>``; one that is not UTF-8: ``<file>: not
+    valid UTF-8 ...`` (the file: the one Hydra's config loader had open, ``full_path``)."""
     if isinstance(err, yaml.YAMLError):
         mark, problem = getattr(err, "problem_mark", None), getattr(err, "problem", None) or str(err)
         return f"{mark.name}:{mark.line + 1}: not valid YAML: {problem}" if mark else f"not valid YAML: {problem}"
+    if isinstance(err, UnicodeDecodeError):
+        files = [frame.f_locals["full_path"] for frame, _ in traceback.walk_tb(err.__traceback__)
+                 if "full_path" in frame.f_locals]
+        return f"{files[-1] if files else 'a config file'}: not valid UTF-8: {err.reason} at byte {err.start}"
     text = str(err).split("Config search path:")[0]
     if err.__cause__ is not None and str(err.__cause__) not in text:
         text += "\n" + str(err.__cause__)
