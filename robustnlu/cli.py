@@ -31,21 +31,23 @@ import re
 import subprocess
 import sys
 import traceback
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import hydra
+import yaml
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import CompactHydraException
+from hydra.errors import CompactHydraException, InstantiationException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationResolutionError
 
 from robustnlu.config_schema import check_config
-from robustnlu.errors import ConfigError, RobustNLUError, report
+from robustnlu.errors import CommandLineParser, ConfigError, RobustNLUError, exit_with_error, report
 from robustnlu.io import atomic_write_json, atomic_write_text
-from robustnlu.paths import CONF_DIR
+from robustnlu.paths import CONF_DIR, check_search_path
 from robustnlu.rundir import RunDir, status_record
 from robustnlu.rundir_claim import claim, secondary_process, undo, unclaim
 
@@ -76,8 +78,9 @@ def run_or_exit(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
             report(err)
             raise JobFailed(f"error: {err}") from err
     try:
+        check_search_path(list(hydra_cfg.searchpath), hydra_cfg.job.config_name, hydra_cfg.runtime.choices)
         check_config(cfg, hydra_cfg.job.config_name)
-        result = task(cfg)
+        result = unwrapped(task, cfg)
     except RobustNLUError as err:
         undo(run_dir, keep=err.keeps_run_dir)
         status = report(err)
@@ -94,6 +97,17 @@ def run_or_exit(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
     if multirun:
         unclaim(run_dir)
     return result
+
+
+def unwrapped(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
+    """``task(cfg)``; a user error raised by a constructor Hydra calls (a method's own check of
+    its values), which Hydra wraps in an InstantiationException, raised as itself."""
+    try:
+        return task(cfg)
+    except InstantiationException as err:
+        if isinstance(err.__cause__, RobustNLUError):
+            raise err.__cause__ from None
+        raise
 
 
 def record_failed_job(run_dir: Path, error: str, overrides: list[str], crash: BaseException | None = None) -> None:
@@ -135,10 +149,29 @@ METHOD_NODE_GROUPS = ("a method's group source is chosen with groups@method.grou
                       "adversary@method.adversary=<name> (conf/adversary/: ratio_net, generative_lm)")
 
 
-def hydra_message(err: CompactHydraException) -> str:
+#: Hydra's warning for a ``hydra.searchpath`` folder that is not there, left out: the run stops
+#: on it with one line (`robustnlu.paths.check_search_path`)
+SEARCH_PATH_WARNING = r"provider=hydra\.searchpath in .* is not available"
+
+#: what composing a config raises for the user's mistakes: Hydra's own errors, and a YAML file
+#: that does not parse or is not UTF-8 (Hydra lets PyYAML's and Python's errors through, a
+#: traceback otherwise)
+COMPOSE_ERRORS = (CompactHydraException, yaml.YAMLError, UnicodeDecodeError)
+
+
+def hydra_message(err: CompactHydraException | yaml.YAMLError | UnicodeDecodeError) -> str:
     """Hydra's message for a config it cannot compose, on one line (its OmegaConf cause
     included; the config search path and OmegaConf's key details left out); an override of
-    ``groups=`` or ``adversary=`` gets `METHOD_NODE_GROUPS`."""
+    ``groups=`` or ``adversary=`` gets `METHOD_NODE_GROUPS`. A YAML file that does not parse:
+    ``<file>:<line>: not valid YAML: <PyYAML's problem>``; one that is not UTF-8: ``<file>: not
+    valid UTF-8 ...`` (the file: the one Hydra's config loader had open, ``full_path``)."""
+    if isinstance(err, yaml.YAMLError):
+        mark, problem = getattr(err, "problem_mark", None), getattr(err, "problem", None) or str(err)
+        return f"{mark.name}:{mark.line + 1}: not valid YAML: {problem}" if mark else f"not valid YAML: {problem}"
+    if isinstance(err, UnicodeDecodeError):
+        files = [frame.f_locals["full_path"] for frame, _ in traceback.walk_tb(err.__traceback__)
+                 if "full_path" in frame.f_locals]
+        return f"{files[-1] if files else 'a config file'}: not valid UTF-8: {err.reason} at byte {err.start}"
     text = str(err).split("Config search path:")[0]
     if err.__cause__ is not None and str(err.__cause__) not in text:
         text += "\n" + str(err.__cause__)
@@ -155,6 +188,27 @@ def hydra_message(err: CompactHydraException) -> str:
     return "; ".join(parts)
 
 
+def program() -> str:
+    """How the user called this command: ``python -m <module>``, or the console script's name."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return f"python -m {spec.name.removesuffix('.__main__')}" if spec is not None else Path(sys.argv[0]).name
+
+
+def check_hydra_flags(prog: str) -> None:
+    """Hydra's own flags (``--cfg``, ``--info``, ``-m``, ...) read as Hydra's parser reads them,
+    its usage errors as one line (`CommandLineParser`), before Hydra does: argparse would print
+    its usage first, and two modes at once (``-m --cfg job``) would end in a ValueError's traceback."""
+    from hydra._internal.utils import get_args_parser
+
+    args = CommandLineParser(prog=prog, add_help=False, parents=[get_args_parser()]).parse_args()
+    modes = [flag for flag, given in (("--run", args.run), ("--multirun", args.multirun), ("--cfg", args.cfg),
+                                      ("--info", args.info is not None), ("--shell-completion", args.shell_completion))
+             if given]
+    if len(modes) > 1:
+        exit_with_error(f"{prog}: only one of --run, --multirun, --cfg, --info and --shell-completion can be given "
+                        f"(got {' '.join(modes)}; see {prog} --help)")
+
+
 def hydra_app(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Callable[[], None]]:
     """``@hydra.main`` over ``conf/<config_name>.yaml`` (`CONF_DIR`), except that a config Hydra cannot
     compose ends like every user error: one line, exit 2 (Hydra prints several lines and exits
@@ -168,13 +222,15 @@ def hydra_app(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Calla
 
         @functools.wraps(task)
         def main() -> None:
+            check_hydra_flags(program())
             os.environ["HYDRA_FULL_ERROR"] = "1"
+            warnings.filterwarnings("ignore", SEARCH_PATH_WARNING)
             try:
                 app()
             except JobFailed as err:
                 print(err, file=sys.stderr, flush=True)
                 sys.exit(1)
-            except CompactHydraException as err:
+            except COMPOSE_ERRORS as err:
                 sys.exit(report(ConfigError(hydra_message(err))))
             except InterpolationResolutionError as err:  # a resolver's user error (the search space a method declares)
                 cause = err.__context__
@@ -195,10 +251,11 @@ def compose_run_config(overrides: list[str]) -> DictConfig:
     multiruns (robustnlu.hpo, robustnlu.efficiency) and must know where they will write."""
     from hydra import compose, initialize_config_dir
 
+    warnings.filterwarnings("ignore", SEARCH_PATH_WARNING)
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
-    except CompactHydraException as err:
+    except COMPOSE_ERRORS as err:
         raise ConfigError(hydra_message(err)) from err
     with open_dict(cfg):  # what the multirun's jobs will see as ${hydra:runtime.output_dir}
         cfg.hydra.runtime.output_dir = cfg.hydra.sweep.dir
@@ -206,6 +263,7 @@ def compose_run_config(overrides: list[str]) -> DictConfig:
     previous, hydra_config.cfg = hydra_config.cfg, None
     try:
         hydra_config.set_config(cfg)  # resolves ${hydra:...} as in a job
+        check_search_path(list(cfg.hydra.searchpath), "config", cfg.hydra.runtime.choices)
         check_config(cfg, "config")
     finally:
         hydra_config.cfg = previous

@@ -158,6 +158,20 @@ def text(*, null: bool = False, pattern: str | None = None) -> Scalar:
 
 
 @dataclass(frozen=True)
+class FolderName(Spec):
+    """A name that run folders are named with (a method's, a dataset's, the scenario): a
+    non-empty string that is one path component, so that each run gets a folder of its own
+    where the tools that find runs look (a ``/`` would nest it one level deeper)."""
+
+    null: bool = False
+
+    def check(self, key: str, value: Any, root: Mapping[str, Any]) -> None:
+        text().check(key, value, root)
+        if "/" in value or value in (".", ".."):
+            raise bad(key, "must be usable as a folder name (no /, not . or ..)", value)
+
+
+@dataclass(frozen=True)
 class Anything(Spec):
     """Not checked here (an interpolation of a node checked elsewhere, free-form options)."""
 

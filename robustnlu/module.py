@@ -23,6 +23,7 @@ validation during fit and returns the metrics to log, among them the one monitor
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytorch_lightning as pl
@@ -35,6 +36,7 @@ from pytorch_lightning.utilities import GradClipAlgorithmType
 from torch import nn
 
 from robustnlu.checkpoint import CHECKPOINT_FORMAT, FORMAT_KEY, first_line, read_checkpoint
+from robustnlu.config_spec import imported
 from robustnlu.data.utterance import LabelVocab
 from robustnlu.distributed import gather_task_losses
 from robustnlu.errors import ConfigError, DataError, NonFiniteLoss
@@ -51,6 +53,17 @@ ON_NONFINITE = ("stop", "skip")
 #: evaluation results that are no curve, never logged: the split's example count and the worst
 #: cluster's id (results.json and the W&B summary's ``final`` keep them)
 NOT_CURVES = ("n", WORST_GROUP_ID)
+
+
+def _targets(node: Any, key: str) -> Iterator[tuple[str, Any]]:
+    """(key, dotted path) of each ``_target_`` in a stored config node: a method's, its parts'."""
+    if isinstance(node, dict):
+        for name, value in node.items():
+            if name == "_target_":
+                yield f"{key}._target_", value
+            else:
+                yield from _targets(value, f"{key}.{name}")
+
 
 class SLUModule(pl.LightningModule):
     def __init__(
@@ -151,6 +164,12 @@ class SLUModule(pl.LightningModule):
         """The trained module in the checkpoint ``path`` (`read_checkpoint`: a file that is not a
         robustnlu checkpoint raises `DataError`), on ``device``."""
         ckpt = read_checkpoint(path)
+        for key, target in _targets(ckpt["hyper_parameters"].get("method"), "method"):
+            try:
+                imported(key, target)
+            except ConfigError as err:  # a method of the user's own, whose package is not on the path here
+                raise DataError(path, None, f"{err}: the checkpoint's method must be importable here, as where it "
+                                            "was trained (its package on PYTHONPATH)") from None
         try:
             module = cls(**ckpt["hyper_parameters"])
             module.on_load_checkpoint(ckpt)

@@ -16,11 +16,13 @@ folder when the recorded one is gone (a run brought from another installation or
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
+
+from robustnlu.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +66,28 @@ def shipped_config(group: str, name: str) -> dict[str, Any]:
     node = OmegaConf.load(CONF_DIR / group / f"{name}.yaml")
     merged = OmegaConf.create({"paths": {"data_dir": str(DATA_DIR)}, "node": node})
     return OmegaConf.to_container(merged, resolve=True)["node"]
+
+
+def check_search_path(searchpath: list[str], config_name: str, choices: Mapping[str, Any]) -> None:
+    """The user's config folders (``hydra.searchpath``, read after `CONF_DIR`): `ConfigError`
+    for one that is not there, or that holds a config file this run read (the app's primary
+    config ``<config_name>.yaml``, each option it chose) under a name robustnlu ships, with other
+    contents. Hydra reads the first file of a name along the search path, so robustnlu's would
+    be read and the user's silently ignored. ``choices`` is Hydra's ``runtime.choices``
+    (``groups@method.groups: lda_topics``); other schemes than ``file://`` are left to Hydra."""
+    names = [f"{config_name}.yaml", *(f"{key.split('@')[0]}/{option}.yaml" for key, chosen in choices.items()
+                                      for option in ([chosen] if isinstance(chosen, str) else chosen or []))]
+    for entry in searchpath:
+        if "://" in entry and not entry.startswith("file://"):
+            continue
+        folder = Path(entry.removeprefix("file://"))
+        if not folder.is_dir():
+            raise ConfigError(f"hydra.searchpath: no such folder: {folder} (got {entry})")
+        for name in names:
+            ours, theirs = CONF_DIR / name, folder / name
+            if theirs.is_file() and ours.is_file() and theirs.read_bytes() != ours.read_bytes():
+                raise ConfigError(f"hydra.searchpath: {theirs} is not read: robustnlu's own {name} has its name "
+                                  "and is read instead; give yours a name of its own")
 
 
 #: the keys of a dataset config that hold paths (jsonl: the split files; mit: ``corpora``)
@@ -111,5 +135,5 @@ def relocate_data(config: dict[str, Any], data_dir_now: Path) -> dict[str, Any]:
                               lambda p: now + p[len(before):] if p == before or p.startswith(before + "/") else p)
 
 
-__all__ = ["CONF_DIR", "DATA_DIR", "PACKAGE_DIR", "PROJECT_DIR", "REPO_ROOT", "SHIPPED", "data_dir", "register_resolver",
-           "relocate_data", "shipped", "shipped_config", "upgrade_run_config"]
+__all__ = ["CONF_DIR", "DATA_DIR", "PACKAGE_DIR", "PROJECT_DIR", "REPO_ROOT", "SHIPPED", "check_search_path", "data_dir",
+           "register_resolver", "relocate_data", "shipped", "shipped_config", "upgrade_run_config"]

@@ -34,20 +34,21 @@ from typing import Any, NamedTuple
 
 import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning_fabric.utilities.rank_zero import rank_zero_only
 from pytorch_lightning.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from robustnlu.checkpoint import AtomicCheckpointIO
+from robustnlu.checkpoint import AtomicCheckpointIO, first_line
 from robustnlu.config_schema import check_loaded_encoder
 from robustnlu.dashboard import log_results, run_config
 from robustnlu.data.datamodule import SLUDataModule
 from robustnlu.data.utterance import Corpus
 from robustnlu.data.readers import load_corpus
 from robustnlu.distributed import check_launch
-from robustnlu.errors import RunWriteError
+from robustnlu.errors import ConfigError, RobustNLUError, RunWriteError
 from robustnlu.evaluate import evaluate_suites, write_robustness
 from robustnlu.extras import require
 from robustnlu.hardware import device_record
@@ -140,18 +141,31 @@ def logger_options(logger_cfg: DictConfig, out_dir: Path, resume: ResumePoint) -
     return {}
 
 
+def built(key: str, node: Any, **kwargs: Any) -> Any:
+    """``instantiate(node, **kwargs)``, where a constructor that refuses its arguments is a
+    `ConfigError` naming the config's ``key``: the schema passes Lightning's own Trainer
+    arguments and a callback's or logger's unchecked (``+trainer.limit_train_batches=-1``)."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as err:
+        if isinstance(err.__cause__, RobustNLUError):  # the class's own check, said in its words
+            raise
+        raise ConfigError(f"{key}: {first_line(err.__cause__ or err)}") from err
+
+
 def build_trainer(cfg: DictConfig, resume: ResumePoint = ResumePoint(),
                   extra_callbacks: list[pl.Callback] = ()) -> pl.Trainer:
     """The trainer with the configured callbacks (then ``extra_callbacks``) and loggers; a
     run that ``resume``s continues its W&B run and its CSV log."""
-    callbacks = [instantiate(c) for c in (cfg.callbacks or {}).values() if c is not None] + list(extra_callbacks)
+    callbacks = [built(f"callbacks.{name}", c) for name, c in (cfg.callbacks or {}).items() if c is not None]
     if any("Wandb" in c._target_ for c in (cfg.logger or {}).values() if c is not None):
         require("wandb", "wandb", "logger=wandb")
     out_dir = Path(cfg.paths.output_dir)
-    loggers = [instantiate(c, **logger_options(c, out_dir, resume)) for c in (cfg.logger or {}).values() if c is not None]
-    return instantiate(lightning_arguments(cfg.trainer), callbacks=callbacks, logger=loggers,
-                       precision=resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator),
-                       plugins=[AtomicCheckpointIO()])
+    loggers = [built(f"logger.{name}", c, **logger_options(c, out_dir, resume))
+               for name, c in (cfg.logger or {}).items() if c is not None]
+    return built("trainer", lightning_arguments(cfg.trainer), callbacks=callbacks + list(extra_callbacks),
+                 logger=loggers, precision=resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator),
+                 plugins=[AtomicCheckpointIO()])
 
 
 def best_checkpoint_callback(trainer: pl.Trainer) -> ModelCheckpoint | None:

@@ -68,6 +68,25 @@ def test_a_bad_config_value_is_one_line_exit_2_and_nothing_on_disk(tmp_path, cas
     assert files_under(tmp_path) == []  # no run dir, no Hydra log, no split cache (outputs/cache)
 
 
+@pytest.mark.parametrize("text, problem", [
+    (b"name: mine\n\tk: 1\n", "mine.yaml:3: not valid YAML: found character '\\t' that cannot start any token"),
+    (b"name: mine # \xe9t\xe9 (Latin-1)\n", "mine.yaml: not valid UTF-8: invalid continuation byte at byte 48"),  # 35 + 13
+])
+def test_a_config_file_that_is_not_yaml_is_one_line_naming_it(tmp_path, text, problem):
+    """~5 s each: a method file of the user's config folder with a tab where YAML allows none, or
+    in Latin-1; the drivers that compose the config themselves (robustnlu.hpo) say the same."""
+    (tmp_path / "myconf" / "method").mkdir(parents=True)
+    (tmp_path / "myconf" / "method" / "mine.yaml").write_bytes(b"_target_: robustnlu.robust.erm.ERM\n" + text)
+    overrides = [f"hydra.searchpath=[file://{tmp_path}/myconf]", "method=mine"]
+    expected = f"{tmp_path}/myconf/method/{problem}"
+    proc = run_cli([*FAST, *overrides, f"hydra.run.dir={tmp_path}/outputs/run"], cwd=tmp_path)
+    assert (proc.returncode, error_lines(proc.stderr)) == (2, ["error: " + expected])
+    assert not (tmp_path / "outputs").exists()
+    with pytest.raises(ConfigError) as err:
+        compose_run_config([*FAST, *overrides])
+    assert str(err.value) == expected
+
+
 #: the other kinds of check, in-process (the same check `run_or_exit` makes): (overrides, message)
 MORE_BAD_VALUES = {
     "bad choice": (["method=group_dro", "method.sampling=balanced"],
@@ -82,6 +101,14 @@ MORE_BAD_VALUES = {
                               "callbacks.mine._target_: cannot be imported (No module named 'no') (got no.such.Callback)"),
     "not set": (["dataset=jsonl", "dataset.train=x.jsonl"], "dataset.test: must be set (got ???)"),
     "longer than the positions": (["data.max_length=200"], "data.max_length: must be <= encoder.max_position_embeddings (got 200)"),
+    # each parametric method's own kind of adversary: the other's would fail in the run's setup
+    "the other method's adversary": (["method=rpdro", "adversary@method.adversary=generative_lm"],
+                                     "method.adversary._target_: must be a subclass of robustnlu.adversary.ratio."
+                                     "RatioAdversary (got robustnlu.adversary.generative_lm.GenerativeLM)"),
+    # a run's folder is named with them: a / would nest a sweep's job where status and compare do not look
+    "method name with a /": (["method=topk", "method.name=topk/k8"],
+                             "method.name: must be usable as a folder name (no /, not . or ..) (got topk/k8)"),
+    "dataset name ..": (["dataset.name=.."], "dataset.name: must be usable as a folder name (no /, not . or ..) (got ..)"),
     "no edit": (["augment=misspelling", "augment.noise.edit_probs={insertion:0,deletion:0,substitution:0,transposition:0}"],
                 "augment.noise.edit_probs: must have a positive sum (got {insertion:0,deletion:0,substitution:0,transposition:0})"),
 }
@@ -127,6 +154,12 @@ OTHER_ENTRY_POINTS = {
                                                              "target=<alarm|event|messaging|music|navigation|reminder|timer|weather>"),
     "efficiency bad value": ("robustnlu.efficiency", ["target=alarm", "efficiency.percent=120"],
                              "error: efficiency.percent: must be in [0, 100] (got 120)"),
+    # Hydra's own flags: argparse's usage lines, or a ValueError's traceback for two modes at once
+    "hydra flag": ("robustnlu", ["--cfg", "jobb"], "error: python -m robustnlu: argument --cfg/-c: invalid choice: "
+                                                  "'jobb' (choose from 'job', 'hydra', 'all') (see python -m robustnlu --help)"),
+    "two hydra modes": ("robustnlu.seqdrift", ["-m", "--cfg", "job"],
+                        "error: python -m robustnlu.seqdrift: only one of --run, --multirun, --cfg, --info and "
+                        "--shell-completion can be given (got --multirun --cfg; see python -m robustnlu.seqdrift --help)"),
     "compare": ("robustnlu.analysis.compare", ["empty"], "error: empty: neither a run directory"),
     "robustness": ("robustnlu.analysis.robustness", ["empty"], "error: empty: neither a run directory"),
     "report": ("robustnlu.report", ["empty", "--out", "report"], "error: "),

@@ -22,6 +22,8 @@ from hydra.utils import instantiate
 from hydra_plugins.robustnlu_plugins.optuna_sweeper import sweep_overrides
 
 from integration_helpers import CONF, FAST, REPO, cli_env, file_bytes, run_cli, write_snips_sample_jsonl
+from robustnlu.cli import compose_run_config
+from robustnlu.errors import ConfigError
 from test_cli import read_wandb_records
 
 #: the user's package: a CVaR over the batch (the mean of the ⌈α·b⌉ largest losses of each task,
@@ -178,6 +180,90 @@ def test_a_bad_value_for_a_users_method_is_one_error_line(user, tmp_path, overri
     assert proc.returncode == 2
     assert [ln for ln in proc.stderr.splitlines() if ln.strip()] == [line]
     assert not (tmp_path / "run").exists() and file_bytes(user.folder) == before
+
+
+def test_a_users_config_folder_that_is_missing_or_renames_a_shipped_file_is_one_error_line(user, tmp_path):
+    """~20 s: robustnlu's configs come first on Hydra's search path, so the user's method/topk.yaml
+    (k = 2) would be passed over for the shipped one (k = 4): refused, as is a folder that is not
+    there (Hydra would only warn); a copy of a shipped file, the same bytes, is no error."""
+    (tmp_path / "mine" / "method").mkdir(parents=True)
+    (tmp_path / "mine" / "method" / "topk.yaml").write_text((CONF / "method" / "topk.yaml").read_text())
+    (tmp_path / "mine" / "method" / "erm.yaml").write_text("_target_: robustnlu.robust.topk.TopK\nname: erm\nk: 2\n")
+    for method, line in [("erm", f"error: hydra.searchpath: {tmp_path}/mine/method/erm.yaml is not read: robustnlu's "
+                                 "own method/erm.yaml has its name and is read instead; give yours a name of its own"),
+                         ("batch_cvar", f"error: hydra.searchpath: no such folder: {tmp_path}/nowhere "
+                                        f"(got file://{tmp_path}/nowhere)")]:
+        searchpath = f"hydra.searchpath=[file://{tmp_path / 'mine'},{user.folder / 'myconf'},file://{tmp_path / 'nowhere'}]"
+        proc = user.run(*TINY, f"method={method}", searchpath, f"hydra.run.dir={tmp_path}/run")
+        assert (proc.returncode, [ln for ln in proc.stderr.splitlines() if ln.strip()]) == (2, [line])
+        assert not (tmp_path / "run").exists()
+    proc = user.run(*TINY, "method=topk", f"hydra.searchpath=[file://{tmp_path / 'mine'},{user.folder / 'myconf'}]",
+                    f"hydra.run.dir={tmp_path}/run")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["config"]["method"]["k"] == 4
+    # the primary config too: a copy of conf/config.yaml with the user's defaults would be passed over
+    (tmp_path / "defaults").mkdir()
+    (tmp_path / "defaults" / "config.yaml").write_text((CONF / "config.yaml").read_text().replace("seed: 0", "seed: 1"))
+    with pytest.raises(ConfigError, match=r"^hydra\.searchpath: .*/defaults/config\.yaml is not read: robustnlu's own "
+                                          r"config\.yaml has its name"):
+        compose_run_config([f"hydra.searchpath=[file://{tmp_path / 'defaults'}]"])
+
+
+def test_a_checkpoint_of_a_users_method_predicts_where_its_package_imports(user, tmp_path):
+    """~10 s: predict needs the method's class (its state is in the checkpoint); without the
+    user's package on the path the one line says so, not that the checkpoint is broken."""
+    run_dir = tmp_path / "run"
+    assert user.train(*TINY, "method=batch_cvar", f"hydra.run.dir={run_dir}").returncode == 0
+    (ckpt,) = (run_dir / "checkpoints").glob("best-*.ckpt")
+    proc = user.run("--ckpt", str(ckpt), "play adele", module="robustnlu.predict")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    elsewhere = run_cli(["--ckpt", str(ckpt), "play adele"], cwd=tmp_path, module="robustnlu.predict")
+    assert elsewhere.returncode == 2 and elsewhere.stderr.splitlines() == [
+        f"error: {ckpt}: method._target_: cannot be imported (No module named 'mymethods') (got mymethods.BatchCVaR): "
+        "the checkpoint's method must be importable here, as where it was trained (its package on PYTHONPATH)"]
+
+
+#: a method with a rule across its values that no single spec says: its constructor checks it
+RANGE_METHOD = '''
+    from robustnlu.config_spec import number
+    from robustnlu.errors import ConfigError
+    from robustnlu.hparams import HParam
+    from robustnlu.robust.base import RobustObjective
+
+
+    class QuantileBand(RobustObjective):
+        """The mean of the losses between the lo and hi quantiles of the batch."""
+
+        HPARAMS = {"lo": HParam(number("[0, 1]"), 0.5, "lower quantile"), "hi": HParam(number("[0, 1]"), 1.0, "upper")}
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            if self.hparams["lo"] >= self.hparams["hi"]:
+                raise ConfigError(f"method.hi: must be > method.lo ({self.hparams['lo']}) (got {self.hparams['hi']})")
+
+        def reduce(self, losses, task, step):
+            lo, hi = losses.quantile(self.hparams["lo"]), losses.quantile(self.hparams["hi"])
+            return losses[(losses >= lo) & (losses <= hi)].mean()
+'''
+
+
+def test_a_users_method_that_refuses_its_values_in_its_constructor_is_one_error_line(user, tmp_path):
+    """~10 s: the method's own check (a ConfigError its constructor raises, which Hydra wraps in
+    an InstantiationException) ends the run as the schema's would: its line, exit 2, no run
+    directory; in a sweep it fails its own job, recorded in the job's status.json."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "band.py").write_text(textwrap.dedent(RANGE_METHOD))
+    (tmp_path / "conf" / "method").mkdir(parents=True)
+    (tmp_path / "conf" / "method" / "band.yaml").write_text("_target_: band.QuantileBand\nname: band\nlo: 0.9\nhi: 0.5\n")
+    common = [*TINY, "method=band", f"hydra.searchpath=[file://{tmp_path / 'conf'},file://{user.folder / 'myconf'}]"]
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "pkg"), cli_env()["PYTHONPATH"]])}
+    proc = run_cli([*common, f"hydra.run.dir={tmp_path}/run"], cwd=user.folder, env=env)
+    line = "error: method.hi: must be > method.lo (0.9) (got 0.5)"
+    assert (proc.returncode, [ln for ln in proc.stderr.splitlines() if ln.startswith(("error", "Error"))]) == (2, [line])
+    assert not (tmp_path / "run").exists()
+    sweep = run_cli(["-m", *common, f"hydra.sweep.dir={tmp_path}/sweep", "hydra.sweep.subdir=job"], cwd=user.folder, env=env)
+    assert sweep.returncode == 1 and "Traceback" not in sweep.stderr
+    assert json.loads((tmp_path / "sweep" / "job" / "status.json").read_text())["error"] == line.removeprefix("error: ")
 
 
 def test_a_users_group_source_groups_a_robustnlu_method(user, tmp_path):

@@ -33,7 +33,7 @@ from robustnlu.config_schema.data import augment, data, dataset, efficiency, noi
 from robustnlu.config_schema.drift import drift, split_rule, validation
 from robustnlu.config_schema.method import CONATURAL_RULE, method, optimizer, ratio_layers_rule, selection, top_k_rule
 from robustnlu.config_spec import (
-    AT_LEAST_1, DROPOUT, MISSING, NON_NEGATIVE, SEED, Node, Seq, bad, choice, flag, integer, number, text)
+    AT_LEAST_1, DROPOUT, MISSING, NON_NEGATIVE, SEED, FolderName, Node, Seq, bad, choice, flag, integer, number, text)
 from robustnlu.config_schema.training import TINY_POSITIONS_RULE, callbacks, encoder, loggers, paths, trainer
 
 
@@ -43,10 +43,11 @@ def schema(config_name: str) -> Node:
     seed = integer(SEED)
     if config_name == "config":  # python -m robustnlu
         return Node({
-            "seed": seed, "resume": flag(), "keep_last_checkpoint": flag(), "scenario": text(),
+            "seed": seed, "resume": flag(), "keep_last_checkpoint": flag(),
             "optimized_metric": text(pattern=r"(valid|test)/\w+"),
             "optimizer": optimizer(), "trainer": trainer(), "data": data(),
             "dataset": dataset(), "drift": drift(), "validation": validation(),
+            "scenario": FolderName(),  # after the dataset: a bad dataset.name is named as such
             "encoder": encoder(), "model": Node({"dropout": number(DROPOUT), "crf": flag(),
                                                  "intent_loss_scale": number(NON_NEGATIVE)}),
             "method": method(), "selection": selection(), "augment": augment(),

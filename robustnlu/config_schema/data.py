@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 from robustnlu.config_spec import (
-    AT_LEAST_1, NON_NEGATIVE, PROBABILITY, SEED, FalseOr, Importable, MapOf, Node, Rule, Seq, Variants, by_target, choice,
+    AT_LEAST_1, NON_NEGATIVE, PROBABILITY, SEED, FalseOr, FolderName, Importable, MapOf, Node, Rule, Seq, Variants, by_target, choice,
     flag, instance, integer, number, text)
 
 
 def dataset() -> Variants:
     """conf/dataset/: the keys of each reader (robustnlu/data/readers/)."""
-    name, path = text(), text()
+    name, path = FolderName(), text()
     splits3 = Node({s: text() for s in ("train", "valid", "test")})
     dev_carve = {"dev_fraction": number("(0, 1)"), "dev_seed": integer(SEED)}
     return Variants("format", {

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from robustnlu.config_spec import (
-    AT_LEAST_1, NON_NEGATIVE, POSITIVE, Importable, Node, Rule, Seq, Spec, Variants, choice, flag, imported, instance,
+    AT_LEAST_1, NON_NEGATIVE, POSITIVE, FolderName, Importable, Node, Rule, Seq, Spec, Variants, choice, flag, imported, instance,
     integer, number, text)
 from robustnlu.config_schema.training import encoder_layers
 from robustnlu.hparams import DeclaredObject
@@ -24,7 +24,7 @@ def method() -> DeclaredObject:
     (run directories, results.json, the report, W&B)."""
     from robustnlu.robust.base import RobustObjective
 
-    return DeclaredObject(RobustObjective, fixed={"name": text()})
+    return DeclaredObject(RobustObjective, fixed={"name": FolderName()})
 
 
 def builds(node: Any, *classes: type) -> bool:

@@ -11,6 +11,7 @@ Three kinds (conf/encoder/*.yaml):
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from transformers import AutoConfig, AutoModel, AutoTokenizer, BertConfig, PreTrainedModel
@@ -47,9 +48,26 @@ def _name_or_path(cfg: Mapping[str, Any]) -> str:
     return embedded_model_path()  # embedded, and tiny (which borrows its vocabulary)
 
 
+def _pretrained(loader: Any, cfg: Mapping[str, Any], **kwargs: Any) -> Any:
+    """``loader.from_pretrained`` of the configured encoder; `ConfigError` naming ``encoder.name``
+    where there is none: a path (absolute, or from ``.``) to no folder, a folder without a
+    model, a name neither in the Hub cache nor on a reachable Hub (transformers raises
+    OSError or ValueError for each)."""
+    name = _name_or_path(cfg)
+    if cfg["kind"] == "hf" and name.startswith(("/", ".", "~")) and not Path(name).expanduser().is_dir():
+        raise ConfigError(f"encoder.name: no such folder (got {name})")
+    try:
+        return loader.from_pretrained(name, **kwargs)
+    except (OSError, ValueError) as err:
+        if cfg["kind"] != "hf":
+            raise
+        problem = " ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
+        raise ConfigError(f"encoder.name: cannot load a Hugging Face encoder from it: {problem} (got {name})") from err
+
+
 def load_tokenizer(cfg: Mapping[str, Any]) -> PreTrainedTokenizerFast:
     """A fast tokenizer (word/sub-word alignment needs ``word_ids``)."""
-    tokenizer = AutoTokenizer.from_pretrained(_name_or_path(cfg), use_fast=True)
+    tokenizer = _pretrained(AutoTokenizer, cfg, use_fast=True)
     if not tokenizer.is_fast:
         raise ConfigError(f"encoder {_name_or_path(cfg)!r} has no fast tokenizer; word alignment needs one")
     return tokenizer
@@ -72,7 +90,7 @@ def build_encoder(cfg: Mapping[str, Any], vocab_size: int) -> PreTrainedModel:
     """The encoder with its pre-trained weights (``tiny``: randomly initialised)."""
     if cfg["kind"] == "tiny":
         return AutoModel.from_config(tiny_bert_config(cfg, vocab_size))
-    return AutoModel.from_pretrained(_name_or_path(cfg))
+    return _pretrained(AutoModel, cfg)
 
 
 def encoder_from_config(config: Mapping[str, Any]) -> PreTrainedModel:

@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from robustnlu.adversary.generative_lm import GenerativeLM, scored_tokens
 from robustnlu.config_spec import AT_LEAST_1, NON_NEGATIVE, POSITIVE, SEED, integer, number
@@ -57,7 +57,7 @@ def adversary_loss(log_q: Tensor, scaled_losses: Tensor, log_normaliser: Tensor)
 class PDRO(RobustObjective):
     # the searched three are the thesis's grids (5.4.6, digest 2.6; P-DRO is not in the core paper's Table 9)
     HPARAMS = {
-        "adversary": Part(nn.Module, "q_ψ's factory (method.adversary, conf/adversary/), called with the ModelSpec: "
+        "adversary": Part(GenerativeLM, "q_ψ's factory (method.adversary, conf/adversary/), called with the ModelSpec: "
                           "a GenerativeLM-like log_prob(input_ids, mask, intents), fit_output_vocabulary(ids)"),
         # default 0.01 (thesis 5.4.6, digest 2.6), the least sensitive knob
         "temperature": HParam(number(POSITIVE), 0.01, "τ of eq. 5.8 (the Lagrange multiplier of the KL constraint)",

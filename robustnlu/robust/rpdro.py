@@ -31,8 +31,9 @@ from __future__ import annotations
 import warnings
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from robustnlu.adversary.ratio import RatioAdversary
 from robustnlu.config_spec import AT_LEAST_1, NON_NEGATIVE, POSITIVE, Seq, integer, number
 from robustnlu.hparams import HParam, Part, grid
 from robustnlu.model.jointbert import TaskLosses
@@ -55,7 +56,7 @@ class RPDRO(RobustObjective):
     # the adversary's optimiser is the model's (thesis 6.2.2 "same learning rate and optimizer"): conf/method/rpdro.yaml
     # sets lr, weight_decay, betas, eps and max_grad_norm to the model's values
     HPARAMS = {
-        "adversary": Part(nn.Module, "f_ψ's factory (method.adversary, conf/adversary/), called with the ModelSpec: "
+        "adversary": Part(RatioAdversary, "f_ψ's factory (method.adversary, conf/adversary/), called with the ModelSpec: "
                           "forward(inputs) -> [b] log-ratios, init_from(encoder)"),
         # default 0.1: the value of all the thesis's R-PDRO analyses (6.3.1, 6.3.3, 6.3.4); search: its grid (6.2.2)
         "tau": HParam(number(POSITIVE), 0.1, "τ, the KL penalty weight of eq. 6.6",

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.nn import functional as F
 
 from robustnlu.config_spec import AT_LEAST_1, NON_NEGATIVE, POSITIVE, choice, integer, number
@@ -39,7 +39,7 @@ ASSIGNMENTS = ("prob", "bin")
 
 class TopKAE(RobustObjective):
     HPARAMS = {
-        "groups": Part(nn.Module, "the autoencoder's factory (method.groups, conf/groups/autoencoder.yaml), called "
+        "groups": Part(OnlineAutoencoder, "the autoencoder's factory (method.groups, conf/groups/autoencoder.yaml), called "
                        "with the encoder's hidden size d: codes(x_enc) -> H [b, c], loss(x_enc) -> l_AE"),
         # Table 9 "topk k": logint 2 - 16 (App. C: the best k typically 2-8)
         "k": HParam(integer(AT_LEAST_1), 4, "top-k losses per group (< the batch: with k >= the batch no group is "
