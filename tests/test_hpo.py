@@ -246,6 +246,34 @@ def test_optuna_sweep_of_3_trials_runs_through_hydra_and_writes_the_best_paramet
     assert report["retrain_seed"] == 1 and "method=topk" in report["overrides"]
 
 
+@pytest.fixture(scope="module")
+def continued_search(tmp_path_factory):
+    """~30 s: a search of 2 one-epoch trials, then the same command again with 1 trial into the
+    same sweep dir (how a user continues a search, or one that was stopped)."""
+    root = tmp_path_factory.mktemp("continued")
+    data = write_snips_sample_jsonl(root / "data", n_train=48, n_eval=16)
+    fast = [o for o in FAST if not o.startswith(("optimizer.lr", "trainer.max_epochs"))]
+    sweep = root / "sweep"
+    command = ["-m", "hparams_search=optuna", "method=topk", *jsonl_overrides(data), *fast, "trainer.max_epochs=1",
+               f"paths.hpo_dir={root}/hpo", f"hydra.sweep.dir={sweep}"]
+    for n_trials in (2, 1):
+        proc = run_cli([*command, f"hydra.sweeper.n_trials={n_trials}"], cwd=root)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    study = optuna.load_study(study_name="jsonl-topk", storage=f"sqlite:///{root}/hpo/optuna.db")
+    return sweep, study
+
+
+def test_a_search_continued_into_its_sweep_dir_keeps_each_trials_run_in_the_trials_folder(continued_search):
+    sweep, study = continued_search
+    assert [t.number for t in study.trials] == [0, 1, 2]
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2"]
+    for trial in study.trials:  # each folder holds its own trial's run, none replaced by a later one
+        run = json.loads((sweep / str(trial.number) / "results.json").read_text())
+        assert run["config"]["method"]["k"] == trial.params["method.k"]
+        assert run["config"]["optimizer"]["lr"] == pytest.approx(trial.params["optimizer.lr"])
+        assert run["metrics"]["valid"]["combined"] == pytest.approx(trial.value)
+
+
 @pytest.mark.slow
 def test_driver_runs_the_whole_protocol(tmp_path):
     """~85 s: search (3 trials), best_params.json, the 2 best settings retrained with seed 1."""

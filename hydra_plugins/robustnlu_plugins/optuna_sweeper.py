@@ -135,7 +135,6 @@ class OptunaSweeper(Sweeper):
         self.n_jobs = n_jobs
         self.max_failure_rate = max_failure_rate
         self.params = params or {}
-        self.job_idx = 0
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
@@ -177,8 +176,10 @@ class OptunaSweeper(Sweeper):
         while left > 0:
             trials = [study.ask(space) for _ in range(min(self.n_jobs, left))]
             batch = [(*(f"{k}={v}" for k, v in trial.params.items()), *fixed.values()) for trial in trials]
-            returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
-            self.job_idx += len(returns)
+            # a job's number is its trial's (a batch's trials are numbered in a row, unless another
+            # search asks trials of the study at the same moment), so that a search continued into its
+            # sweep dir (hydra.sweep.subdir: ${hydra.job.num}) writes new folders, not its earlier trials'
+            returns = self.launcher.launch(batch, initial_job_idx=trials[0].number)
             told = [self._tell(study, trial, ret) for trial, ret in zip(trials, returns, strict=True)]
             failed = [err for err in told if err is not None]
             if len(failed) / len(returns) > self.max_failure_rate:
