@@ -117,12 +117,6 @@ def main(argv: list[str] | None = None) -> int:
     search = [o for o in search if _key(o) != "hydra.sweep.dir"] + [f"hydra.sweep.dir={sweep_dir}"]
 
     if not args.no_search:
-        before = load_study(name, storage)
-        n_before = len(before.trials) if before is not None else 0
-        if n_before and not any(_key(o) == "hydra.sweeper.sampler.seed" for o in search):
-            # the same sampler seed would propose the points of the earlier run(s) again
-            seed = int(cfg.hydra.sweeper.sampler.seed or 0) + n_before
-            search.append(f"hydra.sweeper.sampler.seed={seed}")
         run_multirun(search)
 
     study = load_study(name, storage)

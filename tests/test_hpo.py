@@ -274,6 +274,12 @@ def test_a_search_continued_into_its_sweep_dir_keeps_each_trials_run_in_the_tria
         assert run["metrics"]["valid"]["combined"] == pytest.approx(trial.value)
 
 
+def test_a_continued_search_proposes_new_points_not_those_of_its_earlier_trials(continued_search):
+    _, study = continued_search  # both launches with the config's sampler seed (42)
+    first, second, continued = (t.params for t in study.trials)
+    assert continued not in (first, second)
+
+
 @pytest.mark.slow
 def test_driver_runs_the_whole_protocol(tmp_path):
     """~85 s: search (3 trials), best_params.json, the 2 best settings retrained with seed 1."""

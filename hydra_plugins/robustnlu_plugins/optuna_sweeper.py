@@ -12,7 +12,8 @@ sampler proposes, Hydra's launcher (basic, or submitit: Slurm / local processes)
   (``stop`` excluded, as in Hydra); not ``glob``. Plain overrides are
   passed to every trial; a plain override of a searched key fixes it (it leaves the space). A
   space with no key left is a user error (`nothing_to_search`): n_trials runs of one setting.
-- ``direction``, ``study_name``, ``storage`` (``load_if_exists``: a rerun adds trials; a SQLite
+- ``direction``, ``study_name``, ``storage`` (``load_if_exists``: a rerun adds trials, its sampler's
+  ``seed`` shifted by the trials the study holds so that it proposes new points; a SQLite
   file's folder is made once the settings are checked, `make_sqlite_folder`), ``n_trials``,
   ``n_jobs``, ``max_failure_rate`` (checked per batch: more failed trials of a batch than this
   share re-raises the first failure and ends the sweep), ``sampler`` (instantiated by Hydra).
@@ -38,6 +39,7 @@ from hydra.core.utils import JobReturn
 from hydra.errors import CompactHydraException
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from robustnlu.errors import ConfigError, RobustNLUError, exit_with_error
@@ -166,6 +168,10 @@ class OptunaSweeper(Sweeper):
         make_sqlite_folder(self.storage)
         study = optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=self.sampler,
                                     direction=self.direction, load_if_exists=True)
+        seed = OmegaConf.select(self.config, "hydra.sweeper.sampler.seed", default=None)
+        if study.trials and seed is not None:
+            # a continued study: the same seed would propose the earlier searches' points again
+            study.sampler = instantiate(self.config.hydra.sweeper.sampler, seed=int(seed) + len(study.trials))
         log.info(f"Study name: {study.study_name}")
         log.info(f"Storage: {self.storage}")
         log.info(f"Sampler: {type(self.sampler).__name__}")
