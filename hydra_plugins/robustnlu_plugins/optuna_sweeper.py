@@ -18,7 +18,9 @@ sampler proposes, Hydra's launcher (basic, or submitit: Slurm / local processes)
   ``n_jobs``, ``max_failure_rate`` (checked per batch: more failed trials of a batch than this
   share re-raises the first failure and ends the sweep), ``sampler`` (instantiated by Hydra).
 - A trial whose job fails is told as FAIL (``Failed experiment: <error>`` is logged, with the
-  traceback unless it is a user error's one line) and the study goes on; ``<sweep dir>/optimization_results.yaml`` holds the best trial of the study at the end.
+  traceback unless it is a user error's one line) and the study goes on; so are the trials of a
+  batch the search was stopped in (Ctrl-C), rather than left RUNNING in the study for ever;
+  ``<sweep dir>/optimization_results.yaml`` holds the best trial of the study at the end.
 
 Single objective only: the value each job returns, the run's ``optimized_metric`` (conf/config.yaml;
 logged and written with the best trial); no ``search_space`` (deprecated
@@ -185,7 +187,12 @@ class OptunaSweeper(Sweeper):
             # a job's number is its trial's (a batch's trials are numbered in a row, unless another
             # search asks trials of the study at the same moment), so that a search continued into its
             # sweep dir (hydra.sweep.subdir: ${hydra.job.num}) writes new folders, not its earlier trials'
-            returns = self.launcher.launch(batch, initial_job_idx=trials[0].number)
+            try:
+                returns = self.launcher.launch(batch, initial_job_idx=trials[0].number)
+            except BaseException:  # the search is stopped (Ctrl-C): its trials run no more, as Optuna's optimize
+                for trial in trials:
+                    study.tell(trial, state=TrialState.FAIL)
+                raise
             told = [self._tell(study, trial, ret) for trial, ret in zip(trials, returns, strict=True)]
             failed = [err for err in told if err is not None]
             if len(failed) / len(returns) > self.max_failure_rate:
