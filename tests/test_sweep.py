@@ -168,6 +168,22 @@ def test_status_tells_each_job_of_the_list_finished_failed_running_interrupted_o
     assert _states(sweep)["seed=1"][0] == "failed"
 
 
+@pytest.mark.parametrize("sweeper", [None, "hydra_plugins.robustnlu_plugins.optuna_sweeper.OptunaSweeper"])
+def test_status_of_a_sweep_without_a_job_list_counts_the_jobs_its_folders_hold(tmp_path, capsys, sweeper):
+    """An Optuna search (its trials decided as it goes) or a sweep whose multirun.yaml is gone."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    if sweeper is not None:
+        _multirun(sweep, ["seed=0"], sweeper=sweeper)
+    _job(sweep, ["optimizer.lr=1e-5"], {"state": "finished"}, results=True)
+    _job(sweep, ["optimizer.lr=2e-5"], {"state": "finished"}, results=True)
+    _job(sweep, ["optimizer.lr=3e-5"], {"state": "failed", "error": "x", "overrides": ["optimizer.lr=3e-5"]})
+    assert main(["status", str(sweep)]) == 0
+    summary = capsys.readouterr().out.splitlines()[0]
+    assert summary.split(": ", 1)[1].startswith("3 jobs (")
+    assert summary.endswith(": 2 finished, 1 failed, 0 running, 0 interrupted, 0 missing")
+
+
 def test_status_tells_a_seqdrift_jobs_state_by_its_files_and_lock_and_refuses_apps_whose_jobs_record_none(
         tmp_path, capsys):
     """A SeqDrift job writes no status.json; it holds its folder's lock while it runs, as a
