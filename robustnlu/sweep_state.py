@@ -4,7 +4,7 @@ Hydra's basic sweeper made from the sweep's overrides (its ``multirun.yaml``,
 `robustnlu.sweep_jobs.Sweep.jobs`), so that a job that never started is listed too — with its folder
 and its state:
 
-- ``finished``: its ``results.json`` is there;
+- ``finished``: its ``results.json`` is there (one that cannot be read is ``failed``, naming it);
 - ``failed``: its ``status.json`` says so, with the error line (a job refused for a bad value
   leaves such a record; one that crashed also its ``traceback.txt``);
 - ``running``: the process that holds its folder (``run.lock``) is alive — checked on this host,
@@ -127,6 +127,10 @@ def job_state(run: RunDir) -> JobState:
     status = read_status(run)
     state = status.get("state")
     if run.finished() and state in (None, "finished"):
+        try:
+            run.results()
+        except DataError as err:  # damaged since (a copy cut short, an edit): what reads it fails
+            return "failed", str(err), "results.json unreadable: move it away to train the job again"
         return "finished", None, None
     running = held(run)
     if running is not None:

@@ -168,6 +168,17 @@ def test_status_tells_each_job_of_the_list_finished_failed_running_interrupted_o
     assert _states(sweep)["seed=1"][0] == "failed"
 
 
+def test_a_job_whose_results_json_cannot_be_read_is_failed_naming_it_not_finished(tmp_path):
+    sweep = tmp_path / "sweep"
+    _multirun(sweep, ["seed=0,1"])
+    _job(sweep, ["seed=0"], {"state": "finished"}, results=True)
+    cut = _job(sweep, ["seed=1"], {"state": "finished"}, results=True)
+    (cut / "results.json").write_text('{"seed": 0, "metr')  # a copy cut short
+    states = _states(sweep)
+    assert states["seed=0"] == ("finished", None)
+    assert states["seed=1"] == ("failed", f"{cut / 'results.json'}:1: invalid JSON: Unterminated string starting at")
+
+
 @pytest.mark.parametrize("sweeper", [None, "hydra_plugins.robustnlu_plugins.optuna_sweeper.OptunaSweeper"])
 def test_status_of_a_sweep_without_a_job_list_counts_the_jobs_its_folders_hold(tmp_path, capsys, sweeper):
     """An Optuna search (its trials decided as it goes) or a sweep whose multirun.yaml is gone."""
