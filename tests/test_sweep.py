@@ -168,6 +168,19 @@ def test_status_tells_each_job_of_the_list_finished_failed_running_interrupted_o
     assert _states(sweep)["seed=1"][0] == "failed"
 
 
+def test_status_into_a_pipe_its_reader_closed_ends_without_a_traceback(tmp_path):
+    """``python -m robustnlu.sweep status DIR | head -1``: head closes the pipe before status has written."""
+    sweep = tmp_path / "sweep"
+    _multirun(sweep, ["seed=0,1"])
+    _job(sweep, ["seed=0"], {"state": "finished"}, results=True)
+    proc = subprocess.Popen([sys.executable, "-m", "robustnlu.sweep", "status", str(sweep)], env=cli_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader is gone before the command prints a line
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=120) == 1
+    assert stderr == ""
+
+
 def test_a_job_whose_results_json_cannot_be_read_is_failed_naming_it_not_finished(tmp_path):
     sweep = tmp_path / "sweep"
     _multirun(sweep, ["seed=0,1"])
