@@ -114,14 +114,20 @@ def test_search_space_syntax_of_the_sweeper():
             search_space([bad])
 
 
-def test_a_bad_sweeper_setting_is_one_error_line(tmp_path):
-    """~5 s: checked before the study is created or a trial runs: nothing is made, not even the
+@pytest.mark.parametrize("setting,line", [
+    ("hydra.sweeper.direction=up", "hydra.sweeper.direction must be one of ('maximize', 'minimize'), got 'up'"),
+    ("optimizer.lr=interval(1e-3,1e-5)",
+     "optimizer.lr=interval(1e-3,1e-5): `low <= high` must hold, but got (low=0.001, high=1e-05)."),
+    ("optimizer.lr=tag(log,interval(0,1e-3))",
+     "optimizer.lr=tag(log,interval(0,1e-3)): `low > 0` must hold for `log=True`, but got (low=0.0, high=0.001)."),
+])
+def test_a_bad_sweeper_setting_is_one_error_line(tmp_path, setting, line):
+    """~5 s each: checked before the study is created or a trial runs: nothing is made, not even the
     storage's folder."""
-    proc = run_cli(["-m", "hparams_search=optuna", "method=erm", "hydra.sweeper.direction=up",
+    proc = run_cli(["-m", "hparams_search=optuna", "method=erm", setting,
                     f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1] == (
-        "error: hydra.sweeper.direction must be one of ('maximize', 'minimize'), got 'up'")
+    assert proc.stderr.strip().splitlines() == [f"error: {line}"]
     assert not (tmp_path / "hpo").exists() and not (tmp_path / "sweep").exists()
 
 

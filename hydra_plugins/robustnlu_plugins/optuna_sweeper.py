@@ -99,7 +99,10 @@ def search_space(overrides: Sequence[str]) -> tuple[dict[str, Any], dict[str, st
         space.pop(key, None)
         fixed.pop(key, None)
         if override.is_sweep_override():
-            space[key] = distribution(override)
+            try:
+                space[key] = distribution(override)
+            except ValueError as err:  # Optuna's bounds checks: low > high, a log scale from 0
+                raise ConfigError(f"{override.input_line}: {err}") from None
         else:
             fixed[key] = override.input_line
     return space, fixed
