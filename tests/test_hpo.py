@@ -266,11 +266,11 @@ def continued_search(tmp_path_factory):
         proc = run_cli([*command, f"hydra.sweeper.n_trials={n_trials}"], cwd=root)
         assert proc.returncode == 0, proc.stderr[-3000:]
     study = optuna.load_study(study_name="jsonl-topk", storage=f"sqlite:///{root}/hpo/optuna.db")
-    return sweep, study
+    return {"root": root, "sweep": sweep, "study": study, "command": command}
 
 
 def test_a_search_continued_into_its_sweep_dir_keeps_each_trials_run_in_the_trials_folder(continued_search):
-    sweep, study = continued_search
+    sweep, study = continued_search["sweep"], continued_search["study"]
     assert [t.number for t in study.trials] == [0, 1, 2]
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2"]
     for trial in study.trials:  # each folder holds its own trial's run, none replaced by a later one
@@ -281,9 +281,24 @@ def test_a_search_continued_into_its_sweep_dir_keeps_each_trials_run_in_the_tria
 
 
 def test_a_continued_search_proposes_new_points_not_those_of_its_earlier_trials(continued_search):
-    _, study = continued_search  # both launches with the config's sampler seed (42)
+    study = continued_search["study"]  # both launches with the config's sampler seed (42)
     first, second, continued = (t.params for t in study.trials)
     assert continued not in (first, second)
+
+
+def test_a_search_that_searches_a_key_of_its_study_otherwise_is_one_error_line(continued_search):
+    """The study searched method.k on a log scale (the space TopK declares); Optuna takes no other
+    scale, kind or choices for it in that study: refused before a trial is asked."""
+    root, study = continued_search["root"], continued_search["study"]
+    proc = run_cli([*continued_search["command"], "method.k=int(interval(1,16))"], cwd=root)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: method.k: study 'jsonl-topk' searched it as IntDistribution(high=16, log=True, low=1, step=1), "
+        "this search as IntDistribution(high=16, log=False, low=1, step=1) (Cannot set different log configuration "
+        "to the same parameter name.): search it as before, or name another study (hydra.sweeper.study_name=...)")
+    assert "Traceback" not in proc.stderr
+    after = optuna.load_study(study_name="jsonl-topk", storage=f"sqlite:///{root}/hpo/optuna.db")
+    assert len(after.trials) == len(study.trials)  # no trial asked
 
 
 @pytest.mark.slow

@@ -118,6 +118,24 @@ def nothing_to_search(params: Mapping[str, Any], fixed: Mapping[str, str]) -> st
     return f"hydra.sweeper.params: nothing to search: {'; '.join(reasons) or 'no sweep given'}"
 
 
+def space_clash(study: Any, space: Mapping[str, Any]) -> str | None:
+    """Why ``space`` cannot extend ``study``: a key its trials searched with a distribution Optuna
+    does not mix with the new one (another kind, scale or choices; other bounds it takes); None if
+    it can."""
+    from optuna.distributions import check_distribution_compatibility
+
+    for trial in study.get_trials(deepcopy=False):
+        for key, earlier in trial.distributions.items():
+            if key not in space:
+                continue
+            try:
+                check_distribution_compatibility(earlier, space[key])
+            except ValueError as err:
+                return (f"{key}: study {study.study_name!r} searched it as {earlier}, this search as {space[key]} "
+                        f"({err}): search it as before, or name another study (hydra.sweeper.study_name=...)")
+    return None
+
+
 def make_sqlite_folder(storage: str | None) -> None:
     """The folder of a SQLite ``storage``'s file (``sqlite:///outputs/hpo/optuna.db``: outputs/hpo),
     which SQLite does not make. Made when the study is first opened, after the settings are
@@ -173,6 +191,9 @@ class OptunaSweeper(Sweeper):
         make_sqlite_folder(self.storage)
         study = optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=self.sampler,
                                     direction=self.direction, load_if_exists=True)
+        clash = space_clash(study, space)
+        if clash is not None:
+            exit_with_error(ConfigError(clash))
         seed = OmegaConf.select(self.config, "hydra.sweeper.sampler.seed", default=None)
         if study.trials and seed is not None:
             # a continued study: the same seed would propose the earlier searches' points again
