@@ -301,6 +301,26 @@ def test_a_search_that_searches_a_key_of_its_study_otherwise_is_one_error_line(c
     assert len(after.trials) == len(study.trials)  # no trial asked
 
 
+@pytest.mark.parametrize("other,line", [
+    (["trainer.max_epochs=2", "logger=wandb"],  # logger: how it logs, which changes no value
+     "study 'jsonl-topk' holds trials of other settings (trainer.max_epochs=1 there, trainer.max_epochs=2 here):"),
+    (["optimized_metric=valid/intent_acc"], "study 'jsonl-topk' holds trials of other settings "
+     "(optimized_metric=valid/combined there, optimized_metric=valid/intent_acc here):"),
+    (["optimized_metric=valid/semer", "hydra.sweeper.direction=minimize"],
+     "hydra.sweeper.direction: study 'jsonl-topk' is to maximize, not minimize;"),
+])
+def test_a_search_with_other_settings_than_its_studys_trials_is_one_error_line(continued_search, other, line):
+    """Trials of other budgets, data or metrics in one study would be ranked together, and the
+    driver would retrain the best of them: refused before a trial is asked."""
+    root, study = continued_search["root"], continued_search["study"]
+    proc = run_cli([*continued_search["command"], *other], cwd=root)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: {line} run it with the same settings, or name another study (hydra.sweeper.study_name=...)")
+    after = optuna.load_study(study_name="jsonl-topk", storage=f"sqlite:///{root}/hpo/optuna.db")
+    assert len(after.trials) == len(study.trials)  # no trial asked
+
+
 @pytest.mark.slow
 def test_driver_runs_the_whole_protocol(tmp_path):
     """~85 s: search (3 trials), best_params.json, the 2 best settings retrained with seed 1."""

@@ -13,7 +13,9 @@ sampler proposes, Hydra's launcher (basic, or submitit: Slurm / local processes)
   passed to every trial; a plain override of a searched key fixes it (it leaves the space). A
   space with no key left is a user error (`nothing_to_search`): n_trials runs of one setting.
 - ``direction``, ``study_name``, ``storage`` (``load_if_exists``: a rerun adds trials, its sampler's
-  ``seed`` shifted by the trials the study holds so that it proposes new points; a SQLite
+  ``seed`` shifted by the trials the study holds so that it proposes new points; a rerun whose
+  fixed overrides, ``optimized_metric`` or direction differ from those the study's trials ran with
+  is refused, so that one study never ranks trials of different settings, `settings_clash`; a SQLite
   file's folder is made once the settings are checked, `make_sqlite_folder`), ``n_trials``,
   ``n_jobs``, ``max_failure_rate`` (checked per batch: more failed trials of a batch than this
   share re-raises the first failure and ends the sweep), ``sampler`` (instantiated by Hydra).
@@ -45,10 +47,13 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from robustnlu.errors import ConfigError, RobustNLUError, exit_with_error
+from robustnlu.sweep_jobs import job_identity
 
 log = logging.getLogger(__name__)
 
 DIRECTIONS = ("maximize", "minimize")
+#: the study's user attribute that records what its trials share (`study_settings`)
+SETTINGS_ATTR = "robustnlu_settings"
 
 
 def distribution(override: Override) -> Any:
@@ -136,6 +141,32 @@ def space_clash(study: Any, space: Mapping[str, Any]) -> str | None:
     return None
 
 
+def study_settings(fixed: Sequence[str], metric: str | None) -> dict[str, str]:
+    """What every trial of a study shares, by key: its fixed overrides normalized as a job's identity
+    (`robustnlu.sweep_jobs.job_identity`: ``1e-3`` = ``0.001``, where it writes and how it logs left
+    out) and the metric its values are."""
+    settings = {entry.lstrip("~").split("=", 1)[0]: entry for entry in job_identity(fixed)}
+    return {**settings, "optimized_metric": f"optimized_metric={metric}"}
+
+
+def settings_clash(study: Any, settings: Mapping[str, str], direction: str) -> str | None:
+    """Why a search of ``settings`` and ``direction`` cannot add trials to ``study``: its trials ran
+    with other settings (`SETTINGS_ATTR`, recorded by the search that made it) or it goes the other
+    way; None if they agree."""
+    where = f"study {study.study_name!r}"
+    fix = "run it with the same settings, or name another study (hydra.sweeper.study_name=...)"
+    if study.direction.name.lower() != direction:
+        return f"hydra.sweeper.direction: {where} is to {study.direction.name.lower()}, not {direction}; {fix}"
+    earlier = study.user_attrs.get(SETTINGS_ATTR)
+    if earlier is None:
+        return None
+    differ = [f"{earlier.get(key, f'no {key}')} there, {settings.get(key, f'no {key}')} here"
+              for key in sorted(set(earlier) | set(settings)) if earlier.get(key) != settings.get(key)]
+    if not differ:
+        return None
+    return f"{where} holds trials of other settings ({'; '.join(differ)}): {fix}"
+
+
 def make_sqlite_folder(storage: str | None) -> None:
     """The folder of a SQLite ``storage``'s file (``sqlite:///outputs/hpo/optuna.db``: outputs/hpo),
     which SQLite does not make. Made when the study is first opened, after the settings are
@@ -191,9 +222,12 @@ class OptunaSweeper(Sweeper):
         make_sqlite_folder(self.storage)
         study = optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=self.sampler,
                                     direction=self.direction, load_if_exists=True)
-        clash = space_clash(study, space)
+        settings = study_settings(list(fixed.values()), self.config.get("optimized_metric"))
+        clash = settings_clash(study, settings, self.direction) or space_clash(study, space)
         if clash is not None:
             exit_with_error(ConfigError(clash))
+        if SETTINGS_ATTR not in study.user_attrs:
+            study.set_user_attr(SETTINGS_ATTR, settings)
         seed = OmegaConf.select(self.config, "hydra.sweeper.sampler.seed", default=None)
         if study.trials and seed is not None:
             # a continued study: the same seed would propose the earlier searches' points again
