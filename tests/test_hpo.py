@@ -120,6 +120,9 @@ def test_search_space_syntax_of_the_sweeper():
      "optimizer.lr=interval(1e-3,1e-5): `low <= high` must hold, but got (low=0.001, high=1e-05)."),
     ("optimizer.lr=tag(log,interval(0,1e-3))",
      "optimizer.lr=tag(log,interval(0,1e-3)): `low > 0` must hold for `log=True`, but got (low=0.0, high=0.001)."),
+    ("hydra.sweeper.sampler=cmaes",
+     "hydra.sweeper.sampler must be an Optuna sampler (hydra/sweeper/sampler=tpe|random, "
+     "or hydra.sweeper.sampler._target_=<its class>), got 'cmaes'"),
 ])
 def test_a_bad_sweeper_setting_is_one_error_line(tmp_path, setting, line):
     """~5 s each: checked before the study is created or a trial runs: nothing is made, not even the

@@ -198,6 +198,11 @@ class OptunaSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config)
 
     def _check(self) -> None:
+        from optuna.samplers import BaseSampler
+
+        if self.sampler is not None and not isinstance(self.sampler, BaseSampler):
+            raise ConfigError(f"hydra.sweeper.sampler must be an Optuna sampler (hydra/sweeper/sampler=tpe|random, or "
+                              f"hydra.sweeper.sampler._target_=<its class>), got {self.sampler!r}")
         if self.direction not in DIRECTIONS:
             raise ConfigError(f"hydra.sweeper.direction must be one of {DIRECTIONS}, got {self.direction!r}")
         for key in ("n_trials", "n_jobs"):
