@@ -61,14 +61,18 @@ def load_study(name: str, storage: str) -> Any | None:
     not exist stays so: opening it would create it before the search has checked its settings."""
     import optuna
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
 
-    url = make_url(storage)
-    if url.get_backend_name() == "sqlite" and url.database and not Path(url.database).is_file():
-        return None
     try:
+        url = make_url(storage)
+        if url.get_backend_name() == "sqlite" and url.database and not Path(url.database).is_file():
+            return None
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:  # no study of that name (yet)
         return None
+    except (ImportError, SQLAlchemyError) as err:  # as the sweeper reports it
+        raise ConfigError(f"hydra.sweeper.storage: cannot open {storage!r}: "
+                          f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
 
 
 # ---------------------------------------------------------------------------- overrides

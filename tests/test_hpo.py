@@ -123,6 +123,9 @@ def test_search_space_syntax_of_the_sweeper():
     ("hydra.sweeper.sampler=cmaes",
      "hydra.sweeper.sampler must be an Optuna sampler (hydra/sweeper/sampler=tpe|random, "
      "or hydra.sweeper.sampler._target_=<its class>), got 'cmaes'"),
+    ("hydra.sweeper.storage=notaurl",
+     "hydra.sweeper.storage: cannot open 'notaurl': ArgumentError: "
+     "Could not parse SQLAlchemy URL from given URL string"),
 ])
 def test_a_bad_sweeper_setting_is_one_error_line(tmp_path, setting, line):
     """~5 s each: checked before the study is created or a trial runs: nothing is made, not even the
@@ -132,6 +135,15 @@ def test_a_bad_sweeper_setting_is_one_error_line(tmp_path, setting, line):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"error: {line}"]
     assert not (tmp_path / "hpo").exists() and not (tmp_path / "sweep").exists()
+
+
+def test_the_driver_reading_a_storage_it_cannot_open_is_one_error_line(tmp_path):
+    proc = run_cli(["--no-search", "method=topk", "hydra.sweeper.storage=postgresql://u@localhost:1/db"], cwd=tmp_path,
+                   module="robustnlu.hpo")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: hydra.sweeper.storage: cannot open 'postgresql://u@localhost:1/db': ImportError: Failed to import DB "
+        "access module for the specified storage URL. Please install appropriate one."]
 
 
 def test_a_search_with_nothing_left_to_search_is_one_error_line(tmp_path):

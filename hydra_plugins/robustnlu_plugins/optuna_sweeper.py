@@ -224,9 +224,15 @@ class OptunaSweeper(Sweeper):
                 raise ConfigError(nothing_to_search(self.params, fixed))
         except ConfigError as err:
             exit_with_error(err)
-        make_sqlite_folder(self.storage)
-        study = optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=self.sampler,
-                                    direction=self.direction, load_if_exists=True)
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            make_sqlite_folder(self.storage)
+            study = optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=self.sampler,
+                                        direction=self.direction, load_if_exists=True)
+        except (ImportError, OSError, SQLAlchemyError) as err:  # not a URL, no driver for it, a database not there
+            exit_with_error(ConfigError(f"hydra.sweeper.storage: cannot open {self.storage!r}: "
+                                        f"{type(err).__name__}: {str(err).splitlines()[0]}"))
         settings = study_settings(list(fixed.values()), self.config.get("optimized_metric"))
         clash = settings_clash(study, settings, self.direction) or space_clash(study, space)
         if clash is not None:
