@@ -112,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-retrain", action="store_true", help="stop after writing best_params.json")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m robustnlu")
     args = parser.parse_args(argv)
+    if args.top < 1:  # top_settings would take every trial
+        parser.error(f"--top: the number of settings to retrain must be >= 1, got {args.top}")
     require("optuna", "hpo", "python -m robustnlu.hpo")  # MissingExtra: one error line (entry_point)
 
     search = search_overrides(args.overrides)

@@ -137,6 +137,17 @@ def test_a_bad_sweeper_setting_is_one_error_line(tmp_path, setting, line):
     assert not (tmp_path / "hpo").exists() and not (tmp_path / "sweep").exists()
 
 
+@pytest.mark.parametrize("top", ["0", "-1"])
+def test_the_driver_refuses_a_top_of_less_than_one_setting(tmp_path, top):
+    proc = run_cli(["--no-search", "--top", top, "method=topk", f"paths.hpo_dir={tmp_path}/hpo"], cwd=tmp_path,
+                   module="robustnlu.hpo")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: python -m robustnlu.hpo: --top: the number of settings to retrain must be >= 1, got {top} "
+        "(see python -m robustnlu.hpo --help)"]
+    assert not (tmp_path / "hpo").exists()
+
+
 def test_the_driver_reading_a_storage_it_cannot_open_is_one_error_line(tmp_path):
     proc = run_cli(["--no-search", "method=topk", "hydra.sweeper.storage=postgresql://u@localhost:1/db"], cwd=tmp_path,
                    module="robustnlu.hpo")
