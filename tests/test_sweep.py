@@ -181,6 +181,20 @@ def test_status_into_a_pipe_its_reader_closed_ends_without_a_traceback(tmp_path)
     assert stderr == ""
 
 
+@pytest.mark.parametrize("record,line", [
+    ("hydra:\n  overrides: [seed=0,\n",
+     "multirun.yaml:3: unreadable (ParserError: expected the node content, but found '<stream end>')"),
+    ("hydra:\n  overrides:\n    task: [seed=range(]\n  job:\n    config_name: config\n  sweeper:\n    _target_: "
+     + BASIC_SWEEPER + "\n",
+     "multirun.yaml: cannot expand the sweep's overrides: cannot parse the overrides ['seed=range(']: no viable "
+     "alternative at input 'range('; See https://hydra.cc/docs/1.2/advanced/override_grammar/basic for details"),
+])
+def test_status_of_a_sweep_whose_multirun_yaml_is_damaged_is_one_error_line(tmp_path, capsys, record, line):
+    (tmp_path / "multirun.yaml").write_text(record)
+    assert main(["status", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"error: {tmp_path}/{line}"]
+
+
 def test_a_job_whose_results_json_cannot_be_read_is_failed_naming_it_not_finished(tmp_path):
     sweep = tmp_path / "sweep"
     _multirun(sweep, ["seed=0,1"])
