@@ -198,6 +198,9 @@ def sweep_status(path: Path) -> tuple[Sweep | None, list[Job]]:
     cannot read (`JOB_STATES`)."""
     if not path.is_dir():
         raise ConfigError(f"{path}: no such sweep directory")
+    if RunDir(path).is_run():
+        raise ConfigError(f"{path}: a run's folder, not a sweep directory (the folder of a sweep's job folders, "
+                          "its hydra.sweep.dir)")
     sweep = read_sweep(path)
     app = sweep.config_name if sweep is not None else TRAINING_CONFIG
     if app not in JOB_STATES:

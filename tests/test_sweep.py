@@ -195,6 +195,16 @@ def test_status_of_a_sweep_whose_multirun_yaml_is_damaged_is_one_error_line(tmp_
     assert capsys.readouterr().err.splitlines() == [f"error: {tmp_path}/{line}"]
 
 
+def test_status_of_a_jobs_folder_instead_of_its_sweep_is_one_error_line(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    _multirun(sweep, ["seed=0,1"])
+    job = _job(sweep, ["seed=0"], {"state": "finished"}, results=True)
+    assert main(["status", str(job)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {job}: a run's folder, not a sweep directory (the folder of a sweep's job folders, "
+        "its hydra.sweep.dir)"]
+
+
 def test_a_job_whose_results_json_cannot_be_read_is_failed_naming_it_not_finished(tmp_path):
     sweep = tmp_path / "sweep"
     _multirun(sweep, ["seed=0,1"])
