@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -46,15 +47,22 @@ def report(err: RobustNLUError | str) -> int:
 
 def entry_point(main: Callable[P, int]) -> Callable[P, int]:
     """For the argparse entry points (``sys.exit(main())``): ``main`` returns the exit status; a
-    `RobustNLUError` raised anywhere in it is reported (`report`) and the status is 2. The Hydra
-    apps have `robustnlu.cli.run_or_exit` (which also discards the run directory)."""
+    `RobustNLUError` raised anywhere in it is reported (`report`) and the status is 2; output into
+    a pipe whose reader has stopped (``python -m robustnlu.sweep status DIR | head``) ends it
+    quietly with status 1 (Python's documented recipe for SIGPIPE). The Hydra apps have
+    `robustnlu.cli.run_or_exit` (which also discards the run directory)."""
 
     @functools.wraps(main)
     def run(*args: P.args, **kwargs: P.kwargs) -> int:
         try:
-            return main(*args, **kwargs)
+            status = main(*args, **kwargs)
+            sys.stdout.flush()  # here rather than at exit, so that a closed pipe is caught below
+            return status
         except RobustNLUError as err:
             return report(err)
+        except BrokenPipeError:  # what reads the output stopped (`... | head`): no traceback, as for cat or ls
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush writes nowhere
+            return 1
 
     return run
 

@@ -61,14 +61,18 @@ def load_study(name: str, storage: str) -> Any | None:
     not exist stays so: opening it would create it before the search has checked its settings."""
     import optuna
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
 
-    url = make_url(storage)
-    if url.get_backend_name() == "sqlite" and url.database and not Path(url.database).is_file():
-        return None
     try:
+        url = make_url(storage)
+        if url.get_backend_name() == "sqlite" and url.database and not Path(url.database).is_file():
+            return None
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:  # no study of that name (yet)
         return None
+    except (ImportError, SQLAlchemyError) as err:  # as the sweeper reports it
+        raise ConfigError(f"hydra.sweeper.storage: cannot open {storage!r}: "
+                          f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
 
 
 # ---------------------------------------------------------------------------- overrides
@@ -108,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-retrain", action="store_true", help="stop after writing best_params.json")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m robustnlu")
     args = parser.parse_args(argv)
+    if args.top < 1:  # top_settings would take every trial
+        parser.error(f"--top: the number of settings to retrain must be >= 1, got {args.top}")
     require("optuna", "hpo", "python -m robustnlu.hpo")  # MissingExtra: one error line (entry_point)
 
     search = search_overrides(args.overrides)
@@ -117,12 +123,6 @@ def main(argv: list[str] | None = None) -> int:
     search = [o for o in search if _key(o) != "hydra.sweep.dir"] + [f"hydra.sweep.dir={sweep_dir}"]
 
     if not args.no_search:
-        before = load_study(name, storage)
-        n_before = len(before.trials) if before is not None else 0
-        if n_before and not any(_key(o) == "hydra.sweeper.sampler.seed" for o in search):
-            # the same sampler seed would propose the points of the earlier run(s) again
-            seed = int(cfg.hydra.sweeper.sampler.seed or 0) + n_before
-            search.append(f"hydra.sweeper.sampler.seed={seed}")
         run_multirun(search)
 
     study = load_study(name, storage)

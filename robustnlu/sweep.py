@@ -75,14 +75,15 @@ def print_status(path: Path, sweep: Sweep | None, jobs: list[Job]) -> None:
     that tell it from the others), its error line and a note where there is one."""
     listed = [j for j in jobs if j.listed]
     others = [j for j in jobs if not j.listed]
-    counts = {state: sum(j.state == state for j in listed) for state in STATES}
     if sweep is None:
         source = "no multirun.yaml: the job folders found"
     elif not sweep.basic:
         source = f"{sweep.sweeper.rsplit('.', 1)[-1]} makes its jobs as it goes: the job folders found"
     else:
         source = "its multirun.yaml's job list"
-    print(f"{path}: {len(listed)} jobs ({source}): " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    counted = listed if sweep is not None and sweep.basic else jobs  # without a job list: what the folders hold
+    counts = {state: sum(j.state == state for j in counted) for state in STATES}
+    print(f"{path}: {len(counted)} jobs ({source}): " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     keys = varying(listed) if len(listed) > 1 else set()
     width = max([len(j.folder.name) for j in jobs if j.folder is not None] + [1])
 

@@ -185,8 +185,10 @@ class Sweep:
             if any(o.value_type == ValueType.GLOB_CHOICE_SWEEP for o in overrides):  # needs the config groups
                 overrides = parse_overrides(lines, config_loader())
             (jobs,) = BasicSweeper.split_arguments(overrides, None)
-        except Exception as err:  # Hydra's parse and expansion errors
-            raise DataError(self.path / MULTIRUN_FILE, None, f"cannot expand the sweep's overrides: {err}") from None
+        except Exception as err:  # Hydra's parse and expansion errors (a link to its grammar on a line of its own)
+            message = "; ".join(line.strip() for line in str(err).splitlines() if line.strip())
+            raise DataError(self.path / MULTIRUN_FILE, None,
+                            f"cannot expand the sweep's overrides: {message}") from None
         return jobs
 
 
@@ -209,8 +211,11 @@ def read_sweep(path: str | Path) -> Sweep | None:
         return None
     try:
         config = OmegaConf.to_container(OmegaConf.load(record), resolve=False)
-    except Exception as err:  # YAML errors
-        raise DataError(record, None, f"unreadable ({type(err).__name__}: {err})") from None
+    except Exception as err:  # YAML errors: their line and problem (the message spans several lines)
+        mark = getattr(err, "problem_mark", None)
+        problem = getattr(err, "problem", None) or " ".join(str(err).split())
+        raise DataError(record, mark.line + 1 if mark else None,
+                        f"unreadable ({type(err).__name__}: {problem})") from None
     sweep = Sweep(path, config if isinstance(config, dict) else {})
     if not isinstance(sweep.get("hydra.overrides"), dict):
         raise DataError(record, None, "not a Hydra multirun record (no hydra.overrides)")

@@ -4,7 +4,7 @@ Hydra's basic sweeper made from the sweep's overrides (its ``multirun.yaml``,
 `robustnlu.sweep_jobs.Sweep.jobs`), so that a job that never started is listed too — with its folder
 and its state:
 
-- ``finished``: its ``results.json`` is there;
+- ``finished``: its ``results.json`` is there (one that cannot be read is ``failed``, naming it);
 - ``failed``: its ``status.json`` says so, with the error line (a job refused for a bad value
   leaves such a record; one that crashed also its ``traceback.txt``);
 - ``running``: the process that holds its folder (``run.lock``) is alive — checked on this host,
@@ -127,6 +127,10 @@ def job_state(run: RunDir) -> JobState:
     status = read_status(run)
     state = status.get("state")
     if run.finished() and state in (None, "finished"):
+        try:
+            run.results()
+        except DataError as err:  # damaged since (a copy cut short, an edit): what reads it fails
+            return "failed", str(err), "results.json unreadable: move it away to train the job again"
         return "finished", None, None
     running = held(run)
     if running is not None:
@@ -194,6 +198,9 @@ def sweep_status(path: Path) -> tuple[Sweep | None, list[Job]]:
     cannot read (`JOB_STATES`)."""
     if not path.is_dir():
         raise ConfigError(f"{path}: no such sweep directory")
+    if RunDir(path).is_run():
+        raise ConfigError(f"{path}: a run's folder, not a sweep directory (the folder of a sweep's job folders, "
+                          "its hydra.sweep.dir)")
     sweep = read_sweep(path)
     app = sweep.config_name if sweep is not None else TRAINING_CONFIG
     if app not in JOB_STATES:

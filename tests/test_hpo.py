@@ -114,15 +114,47 @@ def test_search_space_syntax_of_the_sweeper():
             search_space([bad])
 
 
-def test_a_bad_sweeper_setting_is_one_error_line(tmp_path):
-    """~5 s: checked before the study is created or a trial runs: nothing is made, not even the
+@pytest.mark.parametrize("setting,line", [
+    ("hydra.sweeper.direction=up", "hydra.sweeper.direction must be one of ('maximize', 'minimize'), got 'up'"),
+    ("optimizer.lr=interval(1e-3,1e-5)",
+     "optimizer.lr=interval(1e-3,1e-5): `low <= high` must hold, but got (low=0.001, high=1e-05)."),
+    ("optimizer.lr=tag(log,interval(0,1e-3))",
+     "optimizer.lr=tag(log,interval(0,1e-3)): `low > 0` must hold for `log=True`, but got (low=0.0, high=0.001)."),
+    ("hydra.sweeper.sampler=cmaes",
+     "hydra.sweeper.sampler must be an Optuna sampler (hydra/sweeper/sampler=tpe|random, "
+     "or hydra.sweeper.sampler._target_=<its class>), got 'cmaes'"),
+    ("hydra.sweeper.storage=notaurl",
+     "hydra.sweeper.storage: cannot open 'notaurl': ArgumentError: "
+     "Could not parse SQLAlchemy URL from given URL string"),
+])
+def test_a_bad_sweeper_setting_is_one_error_line(tmp_path, setting, line):
+    """~5 s each: checked before the study is created or a trial runs: nothing is made, not even the
     storage's folder."""
-    proc = run_cli(["-m", "hparams_search=optuna", "method=erm", "hydra.sweeper.direction=up",
+    proc = run_cli(["-m", "hparams_search=optuna", "method=erm", setting,
                     f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1] == (
-        "error: hydra.sweeper.direction must be one of ('maximize', 'minimize'), got 'up'")
+    assert proc.stderr.strip().splitlines() == [f"error: {line}"]
     assert not (tmp_path / "hpo").exists() and not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.parametrize("top", ["0", "-1"])
+def test_the_driver_refuses_a_top_of_less_than_one_setting(tmp_path, top):
+    proc = run_cli(["--no-search", "--top", top, "method=topk", f"paths.hpo_dir={tmp_path}/hpo"], cwd=tmp_path,
+                   module="robustnlu.hpo")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: python -m robustnlu.hpo: --top: the number of settings to retrain must be >= 1, got {top} "
+        "(see python -m robustnlu.hpo --help)"]
+    assert not (tmp_path / "hpo").exists()
+
+
+def test_the_driver_reading_a_storage_it_cannot_open_is_one_error_line(tmp_path):
+    proc = run_cli(["--no-search", "method=topk", "hydra.sweeper.storage=postgresql://u@localhost:1/db"], cwd=tmp_path,
+                   module="robustnlu.hpo")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: hydra.sweeper.storage: cannot open 'postgresql://u@localhost:1/db': ImportError: Failed to import DB "
+        "access module for the specified storage URL. Please install appropriate one."]
 
 
 def test_a_search_with_nothing_left_to_search_is_one_error_line(tmp_path):
@@ -244,6 +276,75 @@ def test_optuna_sweep_of_3_trials_runs_through_hydra_and_writes_the_best_paramet
     assert report["optimized_metric"] == "valid/combined"
     assert [c["trial"] for c in report["chosen"]] == [t["trial"] for t in hpo.top_settings(study)]
     assert report["retrain_seed"] == 1 and "method=topk" in report["overrides"]
+
+
+@pytest.fixture(scope="module")
+def continued_search(tmp_path_factory):
+    """~30 s: a search of 2 one-epoch trials, then the same command again with 1 trial into the
+    same sweep dir (how a user continues a search, or one that was stopped)."""
+    root = tmp_path_factory.mktemp("continued")
+    data = write_snips_sample_jsonl(root / "data", n_train=48, n_eval=16)
+    fast = [o for o in FAST if not o.startswith(("optimizer.lr", "trainer.max_epochs"))]
+    sweep = root / "sweep"
+    command = ["-m", "hparams_search=optuna", "method=topk", *jsonl_overrides(data), *fast, "trainer.max_epochs=1",
+               f"paths.hpo_dir={root}/hpo", f"hydra.sweep.dir={sweep}"]
+    for n_trials in (2, 1):
+        proc = run_cli([*command, f"hydra.sweeper.n_trials={n_trials}"], cwd=root)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    study = optuna.load_study(study_name="jsonl-topk", storage=f"sqlite:///{root}/hpo/optuna.db")
+    return {"root": root, "sweep": sweep, "study": study, "command": command}
+
+
+def test_a_search_continued_into_its_sweep_dir_keeps_each_trials_run_in_the_trials_folder(continued_search):
+    sweep, study = continued_search["sweep"], continued_search["study"]
+    assert [t.number for t in study.trials] == [0, 1, 2]
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2"]
+    for trial in study.trials:  # each folder holds its own trial's run, none replaced by a later one
+        run = json.loads((sweep / str(trial.number) / "results.json").read_text())
+        assert run["config"]["method"]["k"] == trial.params["method.k"]
+        assert run["config"]["optimizer"]["lr"] == pytest.approx(trial.params["optimizer.lr"])
+        assert run["metrics"]["valid"]["combined"] == pytest.approx(trial.value)
+
+
+def test_a_continued_search_proposes_new_points_not_those_of_its_earlier_trials(continued_search):
+    study = continued_search["study"]  # both launches with the config's sampler seed (42)
+    first, second, continued = (t.params for t in study.trials)
+    assert continued not in (first, second)
+
+
+def test_a_search_that_searches_a_key_of_its_study_otherwise_is_one_error_line(continued_search):
+    """The study searched method.k on a log scale (the space TopK declares); Optuna takes no other
+    scale, kind or choices for it in that study: refused before a trial is asked."""
+    root, study = continued_search["root"], continued_search["study"]
+    proc = run_cli([*continued_search["command"], "method.k=int(interval(1,16))"], cwd=root)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: method.k: study 'jsonl-topk' searched it as IntDistribution(high=16, log=True, low=1, step=1), "
+        "this search as IntDistribution(high=16, log=False, low=1, step=1) (Cannot set different log configuration "
+        "to the same parameter name.): search it as before, or name another study (hydra.sweeper.study_name=...)")
+    assert "Traceback" not in proc.stderr
+    after = optuna.load_study(study_name="jsonl-topk", storage=f"sqlite:///{root}/hpo/optuna.db")
+    assert len(after.trials) == len(study.trials)  # no trial asked
+
+
+@pytest.mark.parametrize("other,line", [
+    (["trainer.max_epochs=2", "logger=wandb"],  # logger: how it logs, which changes no value
+     "study 'jsonl-topk' holds trials of other settings (trainer.max_epochs=1 there, trainer.max_epochs=2 here):"),
+    (["optimized_metric=valid/intent_acc"], "study 'jsonl-topk' holds trials of other settings "
+     "(optimized_metric=valid/combined there, optimized_metric=valid/intent_acc here):"),
+    (["optimized_metric=valid/semer", "hydra.sweeper.direction=minimize"],
+     "hydra.sweeper.direction: study 'jsonl-topk' is to maximize, not minimize;"),
+])
+def test_a_search_with_other_settings_than_its_studys_trials_is_one_error_line(continued_search, other, line):
+    """Trials of other budgets, data or metrics in one study would be ranked together, and the
+    driver would retrain the best of them: refused before a trial is asked."""
+    root, study = continued_search["root"], continued_search["study"]
+    proc = run_cli([*continued_search["command"], *other], cwd=root)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: {line} run it with the same settings, or name another study (hydra.sweeper.study_name=...)")
+    after = optuna.load_study(study_name="jsonl-topk", storage=f"sqlite:///{root}/hpo/optuna.db")
+    assert len(after.trials) == len(study.trials)  # no trial asked
 
 
 @pytest.mark.slow

@@ -168,6 +168,70 @@ def test_status_tells_each_job_of_the_list_finished_failed_running_interrupted_o
     assert _states(sweep)["seed=1"][0] == "failed"
 
 
+def test_status_into_a_pipe_its_reader_closed_ends_without_a_traceback(tmp_path):
+    """``python -m robustnlu.sweep status DIR | head -1``: head closes the pipe before status has written."""
+    sweep = tmp_path / "sweep"
+    _multirun(sweep, ["seed=0,1"])
+    _job(sweep, ["seed=0"], {"state": "finished"}, results=True)
+    proc = subprocess.Popen([sys.executable, "-m", "robustnlu.sweep", "status", str(sweep)], env=cli_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader is gone before the command prints a line
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=120) == 1
+    assert stderr == ""
+
+
+@pytest.mark.parametrize("record,line", [
+    ("hydra:\n  overrides: [seed=0,\n",
+     "multirun.yaml:3: unreadable (ParserError: expected the node content, but found '<stream end>')"),
+    ("hydra:\n  overrides:\n    task: [seed=range(]\n  job:\n    config_name: config\n  sweeper:\n    _target_: "
+     + BASIC_SWEEPER + "\n",
+     "multirun.yaml: cannot expand the sweep's overrides: cannot parse the overrides ['seed=range(']: no viable "
+     "alternative at input 'range('; See https://hydra.cc/docs/1.2/advanced/override_grammar/basic for details"),
+])
+def test_status_of_a_sweep_whose_multirun_yaml_is_damaged_is_one_error_line(tmp_path, capsys, record, line):
+    (tmp_path / "multirun.yaml").write_text(record)
+    assert main(["status", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"error: {tmp_path}/{line}"]
+
+
+def test_status_of_a_jobs_folder_instead_of_its_sweep_is_one_error_line(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    _multirun(sweep, ["seed=0,1"])
+    job = _job(sweep, ["seed=0"], {"state": "finished"}, results=True)
+    assert main(["status", str(job)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {job}: a run's folder, not a sweep directory (the folder of a sweep's job folders, "
+        "its hydra.sweep.dir)"]
+
+
+def test_a_job_whose_results_json_cannot_be_read_is_failed_naming_it_not_finished(tmp_path):
+    sweep = tmp_path / "sweep"
+    _multirun(sweep, ["seed=0,1"])
+    _job(sweep, ["seed=0"], {"state": "finished"}, results=True)
+    cut = _job(sweep, ["seed=1"], {"state": "finished"}, results=True)
+    (cut / "results.json").write_text('{"seed": 0, "metr')  # a copy cut short
+    states = _states(sweep)
+    assert states["seed=0"] == ("finished", None)
+    assert states["seed=1"] == ("failed", f"{cut / 'results.json'}:1: invalid JSON: Unterminated string starting at")
+
+
+@pytest.mark.parametrize("sweeper", [None, "hydra_plugins.robustnlu_plugins.optuna_sweeper.OptunaSweeper"])
+def test_status_of_a_sweep_without_a_job_list_counts_the_jobs_its_folders_hold(tmp_path, capsys, sweeper):
+    """An Optuna search (its trials decided as it goes) or a sweep whose multirun.yaml is gone."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    if sweeper is not None:
+        _multirun(sweep, ["seed=0"], sweeper=sweeper)
+    _job(sweep, ["optimizer.lr=1e-5"], {"state": "finished"}, results=True)
+    _job(sweep, ["optimizer.lr=2e-5"], {"state": "finished"}, results=True)
+    _job(sweep, ["optimizer.lr=3e-5"], {"state": "failed", "error": "x", "overrides": ["optimizer.lr=3e-5"]})
+    assert main(["status", str(sweep)]) == 0
+    summary = capsys.readouterr().out.splitlines()[0]
+    assert summary.split(": ", 1)[1].startswith("3 jobs (")
+    assert summary.endswith(": 2 finished, 1 failed, 0 running, 0 interrupted, 0 missing")
+
+
 def test_status_tells_a_seqdrift_jobs_state_by_its_files_and_lock_and_refuses_apps_whose_jobs_record_none(
         tmp_path, capsys):
     """A SeqDrift job writes no status.json; it holds its folder's lock while it runs, as a

@@ -114,3 +114,16 @@ def test_a_batch_with_more_failures_than_max_failure_rate_ends_the_sweep(data, t
     assert "Traceback" not in proc.stderr
     study = optuna.load_study(study_name="jsonl-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
     assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.FAIL]  # batch 2 never started
+
+
+def test_an_optuna_search_stopped_by_ctrl_c_records_its_running_trial_as_failed(data, tmp_path):
+    """~10 s: SIGINT (Ctrl-C) reaches the search's process in trial 0's training (the basic launcher
+    runs it there); the trial is not left RUNNING in the study, and no later trial starts."""
+    fast = [o for o in _common(data) if not o.startswith("optimizer.lr")]
+    proc = run_cli(["-m", "hparams_search=optuna", "method=erm", *fast, f"dataset.train={data['train']}",
+                    "hydra.sweeper.n_trials=2", "+callbacks.signal._target_=integration_helpers.SignalAtStep",
+                    "+callbacks.signal.step=1", "+callbacks.signal.signame=SIGINT",
+                    f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path)
+    assert proc.returncode != 0
+    study = optuna.load_study(study_name="jsonl-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
+    assert [t.state for t in study.trials] == [TrialState.FAIL]

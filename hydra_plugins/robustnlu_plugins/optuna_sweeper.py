@@ -12,12 +12,17 @@ sampler proposes, Hydra's launcher (basic, or submitit: Slurm / local processes)
   (``stop`` excluded, as in Hydra); not ``glob``. Plain overrides are
   passed to every trial; a plain override of a searched key fixes it (it leaves the space). A
   space with no key left is a user error (`nothing_to_search`): n_trials runs of one setting.
-- ``direction``, ``study_name``, ``storage`` (``load_if_exists``: a rerun adds trials; a SQLite
+- ``direction``, ``study_name``, ``storage`` (``load_if_exists``: a rerun adds trials, its sampler's
+  ``seed`` shifted by the trials the study holds so that it proposes new points; a rerun whose
+  fixed overrides, ``optimized_metric`` or direction differ from those the study's trials ran with
+  is refused, so that one study never ranks trials of different settings, `settings_clash`; a SQLite
   file's folder is made once the settings are checked, `make_sqlite_folder`), ``n_trials``,
   ``n_jobs``, ``max_failure_rate`` (checked per batch: more failed trials of a batch than this
   share re-raises the first failure and ends the sweep), ``sampler`` (instantiated by Hydra).
 - A trial whose job fails is told as FAIL (``Failed experiment: <error>`` is logged, with the
-  traceback unless it is a user error's one line) and the study goes on; ``<sweep dir>/optimization_results.yaml`` holds the best trial of the study at the end.
+  traceback unless it is a user error's one line) and the study goes on; so are the trials of a
+  batch the search was stopped in (Ctrl-C), rather than left RUNNING in the study for ever;
+  ``<sweep dir>/optimization_results.yaml`` holds the best trial of the study at the end.
 
 Single objective only: the value each job returns, the run's ``optimized_metric`` (conf/config.yaml;
 logged and written with the best trial); no ``search_space`` (deprecated
@@ -38,13 +43,17 @@ from hydra.core.utils import JobReturn
 from hydra.errors import CompactHydraException
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from robustnlu.errors import ConfigError, RobustNLUError, exit_with_error
+from robustnlu.sweep_jobs import job_identity
 
 log = logging.getLogger(__name__)
 
 DIRECTIONS = ("maximize", "minimize")
+#: the study's user attribute that records what its trials share (`study_settings`)
+SETTINGS_ATTR = "robustnlu_settings"
 
 
 def distribution(override: Override) -> Any:
@@ -95,7 +104,10 @@ def search_space(overrides: Sequence[str]) -> tuple[dict[str, Any], dict[str, st
         space.pop(key, None)
         fixed.pop(key, None)
         if override.is_sweep_override():
-            space[key] = distribution(override)
+            try:
+                space[key] = distribution(override)
+            except ValueError as err:  # Optuna's bounds checks: low > high, a log scale from 0
+                raise ConfigError(f"{override.input_line}: {err}") from None
         else:
             fixed[key] = override.input_line
     return space, fixed
@@ -109,6 +121,50 @@ def nothing_to_search(params: Mapping[str, Any], fixed: Mapping[str, str]) -> st
     overridden = [key for key in search_space(sweep_overrides(params))[0] if key in fixed]
     reasons = [*empty, *([f"the command line fixes {', '.join(overridden)}"] if overridden else [])]
     return f"hydra.sweeper.params: nothing to search: {'; '.join(reasons) or 'no sweep given'}"
+
+
+def space_clash(study: Any, space: Mapping[str, Any]) -> str | None:
+    """Why ``space`` cannot extend ``study``: a key its trials searched with a distribution Optuna
+    does not mix with the new one (another kind, scale or choices; other bounds it takes); None if
+    it can."""
+    from optuna.distributions import check_distribution_compatibility
+
+    for trial in study.get_trials(deepcopy=False):
+        for key, earlier in trial.distributions.items():
+            if key not in space:
+                continue
+            try:
+                check_distribution_compatibility(earlier, space[key])
+            except ValueError as err:
+                return (f"{key}: study {study.study_name!r} searched it as {earlier}, this search as {space[key]} "
+                        f"({err}): search it as before, or name another study (hydra.sweeper.study_name=...)")
+    return None
+
+
+def study_settings(fixed: Sequence[str], metric: str | None) -> dict[str, str]:
+    """What every trial of a study shares, by key: its fixed overrides normalized as a job's identity
+    (`robustnlu.sweep_jobs.job_identity`: ``1e-3`` = ``0.001``, where it writes and how it logs left
+    out) and the metric its values are."""
+    settings = {entry.lstrip("~").split("=", 1)[0]: entry for entry in job_identity(fixed)}
+    return {**settings, "optimized_metric": f"optimized_metric={metric}"}
+
+
+def settings_clash(study: Any, settings: Mapping[str, str], direction: str) -> str | None:
+    """Why a search of ``settings`` and ``direction`` cannot add trials to ``study``: its trials ran
+    with other settings (`SETTINGS_ATTR`, recorded by the search that made it) or it goes the other
+    way; None if they agree."""
+    where = f"study {study.study_name!r}"
+    fix = "run it with the same settings, or name another study (hydra.sweeper.study_name=...)"
+    if study.direction.name.lower() != direction:
+        return f"hydra.sweeper.direction: {where} is to {study.direction.name.lower()}, not {direction}; {fix}"
+    earlier = study.user_attrs.get(SETTINGS_ATTR)
+    if earlier is None:
+        return None
+    differ = [f"{earlier.get(key, f'no {key}')} there, {settings.get(key, f'no {key}')} here"
+              for key in sorted(set(earlier) | set(settings)) if earlier.get(key) != settings.get(key)]
+    if not differ:
+        return None
+    return f"{where} holds trials of other settings ({'; '.join(differ)}): {fix}"
 
 
 def make_sqlite_folder(storage: str | None) -> None:
@@ -135,7 +191,6 @@ class OptunaSweeper(Sweeper):
         self.n_jobs = n_jobs
         self.max_failure_rate = max_failure_rate
         self.params = params or {}
-        self.job_idx = 0
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
@@ -143,6 +198,11 @@ class OptunaSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config)
 
     def _check(self) -> None:
+        from optuna.samplers import BaseSampler
+
+        if self.sampler is not None and not isinstance(self.sampler, BaseSampler):
+            raise ConfigError(f"hydra.sweeper.sampler must be an Optuna sampler (hydra/sweeper/sampler=tpe|random, or "
+                              f"hydra.sweeper.sampler._target_=<its class>), got {self.sampler!r}")
         if self.direction not in DIRECTIONS:
             raise ConfigError(f"hydra.sweeper.direction must be one of {DIRECTIONS}, got {self.direction!r}")
         for key in ("n_trials", "n_jobs"):
@@ -164,9 +224,25 @@ class OptunaSweeper(Sweeper):
                 raise ConfigError(nothing_to_search(self.params, fixed))
         except ConfigError as err:
             exit_with_error(err)
-        make_sqlite_folder(self.storage)
-        study = optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=self.sampler,
-                                    direction=self.direction, load_if_exists=True)
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            make_sqlite_folder(self.storage)
+            study = optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=self.sampler,
+                                        direction=self.direction, load_if_exists=True)
+        except (ImportError, OSError, SQLAlchemyError) as err:  # not a URL, no driver for it, a database not there
+            exit_with_error(ConfigError(f"hydra.sweeper.storage: cannot open {self.storage!r}: "
+                                        f"{type(err).__name__}: {str(err).splitlines()[0]}"))
+        settings = study_settings(list(fixed.values()), self.config.get("optimized_metric"))
+        clash = settings_clash(study, settings, self.direction) or space_clash(study, space)
+        if clash is not None:
+            exit_with_error(ConfigError(clash))
+        if SETTINGS_ATTR not in study.user_attrs:
+            study.set_user_attr(SETTINGS_ATTR, settings)
+        seed = OmegaConf.select(self.config, "hydra.sweeper.sampler.seed", default=None)
+        if study.trials and seed is not None:
+            # a continued study: the same seed would propose the earlier searches' points again
+            study.sampler = instantiate(self.config.hydra.sweeper.sampler, seed=int(seed) + len(study.trials))
         log.info(f"Study name: {study.study_name}")
         log.info(f"Storage: {self.storage}")
         log.info(f"Sampler: {type(self.sampler).__name__}")
@@ -177,8 +253,15 @@ class OptunaSweeper(Sweeper):
         while left > 0:
             trials = [study.ask(space) for _ in range(min(self.n_jobs, left))]
             batch = [(*(f"{k}={v}" for k, v in trial.params.items()), *fixed.values()) for trial in trials]
-            returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
-            self.job_idx += len(returns)
+            # a job's number is its trial's (a batch's trials are numbered in a row, unless another
+            # search asks trials of the study at the same moment), so that a search continued into its
+            # sweep dir (hydra.sweep.subdir: ${hydra.job.num}) writes new folders, not its earlier trials'
+            try:
+                returns = self.launcher.launch(batch, initial_job_idx=trials[0].number)
+            except BaseException:  # the search is stopped (Ctrl-C): its trials run no more, as Optuna's optimize
+                for trial in trials:
+                    study.tell(trial, state=TrialState.FAIL)
+                raise
             told = [self._tell(study, trial, ret) for trial, ret in zip(trials, returns, strict=True)]
             failed = [err for err in told if err is not None]
             if len(failed) / len(returns) > self.max_failure_rate:
