@@ -65,7 +65,15 @@ SETTINGS = {"mode": "--mode", "percents": "--percents", "seeds": "--seeds", "ove
 
 def numbers(kind):
     """An argparse type: comma-separated numbers (``0,7,21``; options never swallow overrides)."""
-    return lambda text: [kind(x) for x in text.split(",") if x.strip()]
+    what = "integers" if kind is int else "numbers"
+
+    def parse(text: str) -> list:
+        try:
+            return [kind(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
+
+    return parse
 
 
 def training_overrides(overrides: list[str]) -> list[str]:
