@@ -34,10 +34,11 @@ their ``last.ckpt``, the runs and stages not started run; then stages 3-4 as eve
 Like ``robustnlu.hpo``, a driver (argparse + Hydra's compose API) rather than a Hydra app: the
 overrides are forwarded verbatim to the multiruns. Refused before anything trains (one
 ``error:`` line, exit status 2, nothing written): a query outside the curve's domain (``--at`` ≤ 0,
-a ``--reach`` that is not finite), a subset percentage outside [0, 100] or given twice; without
-``resume=true``, a sweep directory that already holds runs (stage 4 would pool them with this
-protocol's) or a protocol's record; with it, a sweep directory whose ``protocol.json`` records
-other settings (named in the error), or that holds runs but no ``protocol.json``.
+a ``--reach`` that is not finite), a subset percentage outside [0, 100] or given twice, ``--mode
+adapt`` without a percentage above 0; without ``resume=true``, a sweep directory that already holds
+runs (stage 4 would pool them with this protocol's) or a protocol's record; with it, a sweep
+directory whose ``protocol.json`` records other settings (named in the error), or that holds runs
+but no ``protocol.json``.
 """
 
 from __future__ import annotations
@@ -93,10 +94,14 @@ def source_checkpoints(source_dir: Path) -> dict[int, Path]:
     return found
 
 
-def check_protocol(percents: list[float], seeds: list[int]) -> None:
-    """`ConfigError` for subset percentages outside [0, 100] or given twice, or no seed."""
+def check_protocol(mode: str, percents: list[float], seeds: list[int]) -> None:
+    """`ConfigError` for subset percentages outside [0, 100] or given twice, no seed, or (``--mode
+    adapt``, which adapts to the non-zero subsets only) no percentage above 0."""
     if not percents or not seeds:
         raise ConfigError("--percents and --seeds need at least one value each")
+    if mode == "adapt" and not any(p > 0 for p in percents):
+        raise ConfigError("--mode adapt adapts the source models to the subsets above 0%: give --percents at "
+                          "least one of them")
     if bad := [p for p in percents if not 0 <= p <= 100]:
         raise ConfigError(f"--percents {','.join(f'{p:g}' for p in bad)}: a subset percentage lies in [0, 100]")
     if len(set(percents)) != len(percents) or len(set(seeds)) != len(seeds):
@@ -182,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     from robustnlu.efficiency.study import build_efficiency, check_queries
 
     check_queries(args.reach, args.at)  # before the protocol trains, not after
-    check_protocol(args.percents, args.seeds)
+    check_protocol(args.mode, args.percents, args.seeds)
     train = training_overrides(args.overrides)
     cfg = compose_run_config(train)
     # resolved once, absolute: every stage writes below it, and the adapt runs' efficiency.init_from

@@ -205,6 +205,8 @@ def test_conatural_without_a_source_model_is_a_config_error(tmp_path):
     (["--percents", "0,50,50"], "--percents and --seeds must not repeat a value"),
     (["--percents", "0,ten"], "python -m robustnlu.efficiency: argument --percents: expected comma-separated numbers, "
                               "got '0,ten' (see python -m robustnlu.efficiency --help)"),
+    (["--mode", "adapt", "--percents", "0"], "--mode adapt adapts the source models to the subsets above 0%: "
+                                             "give --percents at least one of them"),
     (["--seeds", "1.5"], "python -m robustnlu.efficiency: argument --seeds: expected comma-separated integers, "
                          "got '1.5' (see python -m robustnlu.efficiency --help)"),
 ])
