@@ -34,11 +34,11 @@ their ``last.ckpt``, the runs and stages not started run; then stages 3-4 as eve
 Like ``robustnlu.hpo``, a driver (argparse + Hydra's compose API) rather than a Hydra app: the
 overrides are forwarded verbatim to the multiruns. Refused before anything trains (one
 ``error:`` line, exit status 2, nothing written): a query outside the curve's domain (``--at`` ≤ 0,
-a ``--reach`` that is not finite), a subset percentage outside [0, 100] or given twice, ``--mode
-adapt`` without a percentage above 0; without ``resume=true``, a sweep directory that already holds
-runs (stage 4 would pool them with this protocol's) or a protocol's record; with it, a sweep
-directory whose ``protocol.json`` records other settings (named in the error), or that holds runs
-but no ``protocol.json``.
+a ``--reach`` that is not finite), a subset percentage outside [0, 100] or given twice, a seed
+outside [0, 2^32 − 1], ``--mode adapt`` without a percentage above 0; without ``resume=true``, a
+sweep directory that already holds runs (stage 4 would pool them with this protocol's) or a
+protocol's record; with it, a sweep directory whose ``protocol.json`` records other settings
+(named in the error), or that holds runs but no ``protocol.json``.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from robustnlu.cli import compose_run_config, run_multirun
+from robustnlu.config_spec import SEED, integer
 from robustnlu.efficiency.curve import subset_percentages
 from robustnlu.errors import CommandLineParser, ConfigError, entry_point
 from robustnlu.io import atomic_write_json
@@ -95,13 +96,16 @@ def source_checkpoints(source_dir: Path) -> dict[int, Path]:
 
 
 def check_protocol(mode: str, percents: list[float], seeds: list[int]) -> None:
-    """`ConfigError` for subset percentages outside [0, 100] or given twice, no seed, or (``--mode
-    adapt``, which adapts to the non-zero subsets only) no percentage above 0."""
+    """`ConfigError` for subset percentages outside [0, 100] or given twice, no seed or one outside
+    the seed's range, or (``--mode adapt``, which adapts to the non-zero subsets only) no percentage
+    above 0."""
     if not percents or not seeds:
         raise ConfigError("--percents and --seeds need at least one value each")
     if mode == "adapt" and not any(p > 0 for p in percents):
         raise ConfigError("--mode adapt adapts the source models to the subsets above 0%: give --percents at "
                           "least one of them")
+    for seed in seeds:  # the training config's range, checked here rather than by every job of the multirun
+        integer(SEED).check("--seeds", seed, {})
     if bad := [p for p in percents if not 0 <= p <= 100]:
         raise ConfigError(f"--percents {','.join(f'{p:g}' for p in bad)}: a subset percentage lies in [0, 100]")
     if len(set(percents)) != len(percents) or len(set(seeds)) != len(seeds):

@@ -207,6 +207,7 @@ def test_conatural_without_a_source_model_is_a_config_error(tmp_path):
                               "got '0,ten' (see python -m robustnlu.efficiency --help)"),
     (["--mode", "adapt", "--percents", "0"], "--mode adapt adapts the source models to the subsets above 0%: "
                                              "give --percents at least one of them"),
+    (["--seeds", "0,-1"], "--seeds: must be in [0, 4294967295] (got -1)"),
     (["--seeds", "1.5"], "python -m robustnlu.efficiency: argument --seeds: expected comma-separated integers, "
                          "got '1.5' (see python -m robustnlu.efficiency --help)"),
 ])
