@@ -42,7 +42,8 @@ def read_utterances(path: Path) -> dict[int, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = CommandLineParser(prog="python -m robustnlu.predict", description=__doc__.split("\n\n")[0])
     parser.add_argument("--ckpt", required=True, help="a checkpoint written by a training run")
-    parser.add_argument("--file", type=Path, help="read one utterance per line (writes JSONL)")
+    parser.add_argument("--file", type=Path, help="read one utterance per line (writes JSONL, a row per non-blank "
+                                                  "line, with its line number)")
     parser.add_argument("--out", type=Path, help="with --file: write the JSONL here instead of stdout")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:<index> or mps")
     parser.add_argument("utterance", nargs="*", help="the utterance to parse (words separated by spaces)")
@@ -66,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_lengths(predictor, texts, args.file)
     rows = predictor.predict(list(texts.values()))
     if args.file:
+        # blank lines get no row: each row names its line, so the answers can be matched to the input
+        rows = [{"line": line, **row} for line, row in zip(texts, rows, strict=True)]
         if args.out:
             with writing("--out"):
                 atomic_write_jsonl(args.out, rows)

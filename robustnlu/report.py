@@ -49,7 +49,7 @@ from omegaconf import OmegaConf
 from robustnlu.analysis.runs import Run, run_dirs_under
 from robustnlu.errors import CommandLineParser, RobustNLUError, entry_point
 from robustnlu.extras import require
-from robustnlu.io import check_outputs
+from robustnlu.io import check_outputs, writing
 from robustnlu.metrics.registry import MIN_CLUSTER_SIZE
 
 
@@ -194,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     check_outputs([args.out / name for name in FILES], (), "--out", within=run_dirs_under(args.dirs))
     study = build_study(args.dirs, alpha=args.alpha, rounds=args.rounds, seed=args.seed, rule=args.rule,
                         min_cluster_size=args.min_cluster_size)
-    written = write_report(study, args.out)
+    with writing("--out"):  # what check_outputs cannot foresee (a folder the system refuses, a full disk)
+        written = write_report(study, args.out)
     n_scenarios = len({r.scenario for r in study.runs})
     print(f"{len(study.runs)} runs in {n_scenarios} scenarios, "
           f"{len(study.incomplete)} failed or unfinished; wrote {len(written)} files to {args.out} "

@@ -212,3 +212,12 @@ class RunDirOwnership(Callback):
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         unclaim(config.hydra.run.dir)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """The sweep's folder, made here (Hydra's sweeper would make it next) so that one it cannot
+        create is one error line, not the sweeper's traceback."""
+        path = Path(config.hydra.sweep.dir)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            exit_with_error(ConfigError(f"hydra.sweep.dir: cannot create {path}: {err.strerror or err}"))

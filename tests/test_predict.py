@@ -60,6 +60,16 @@ def test_an_utterance_of_as_many_words_as_the_encoder_reads_is_answered(ckpt, tm
     assert len(row["tokens"]) == len(row["tags"]) == WORDS_READ
 
 
+def test_rows_of_a_file_with_blank_lines_name_their_lines(ckpt, tmp_path, capsys):
+    texts = tmp_path / "in.txt"
+    texts.write_text("play adele\n\n  \nbook a table for ünïcödé 🎵\n\nwhat is the weather\n")
+    assert main(["--ckpt", str(ckpt), "--file", str(texts)]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["line"], r["text"]) for r in rows] == [
+        (1, "play adele"), (4, "book a table for ünïcödé 🎵"), (6, "what is the weather")]
+    assert all(len(r["tokens"]) == len(r["tags"]) == len(r["text"].split()) for r in rows)
+
+
 @pytest.mark.parametrize("utterance", ["", "   "])
 def test_an_empty_utterance_is_refused(ckpt, capsys, utterance):
     assert refused(capsys, ["--ckpt", str(ckpt), utterance]) == "error: the utterance is empty: there is nothing to parse\n"

@@ -189,6 +189,12 @@ def test_a_directory_without_runs_is_an_error_and_nothing_is_written(sweep, tmp_
     assert not out.exists()
 
 
+def test_an_out_the_system_refuses_to_create_is_one_error_line(sweep, capsys):
+    """/proc takes no new folder (the check before the work cannot know): the write's error, one line."""
+    assert main([str(sweep), "--out", "/proc/robustnlu-test", "--rounds", "10"]) == 2
+    assert capsys.readouterr().err == "error: --out: cannot write /proc/robustnlu-test: No such file or directory\n"
+
+
 def _wandb_env(tmp_path):
     """W&B's own folders (artifact staging, cache, settings) inside the test's tmp dir."""
     return {f"WANDB_{k}_DIR": str(tmp_path / "wandb-home" / k.lower()) for k in ("DATA", "CACHE", "CONFIG")}

@@ -117,6 +117,12 @@ def test_a_folder_that_cannot_be_created_is_one_line(sample, tmp_path):
     assert one_error(proc).startswith("error: hydra.run.dir: cannot create /proc/robustnlu/run: ")
 
 
+@pytest.mark.parametrize("module", ["robustnlu", "robustnlu.seqdrift"])
+def test_a_sweep_folder_that_cannot_be_created_is_one_line(tmp_path, module):
+    proc = run_cli(["-m", "dataset=snips", "hydra.sweep.dir=/proc/robustnlu/sweep"], cwd=tmp_path, module=module)
+    assert one_error(proc) == "error: hydra.sweep.dir: cannot create /proc/robustnlu/sweep: No such file or directory"
+
+
 def test_resume_with_a_typo_leaves_the_killed_run_byte_for_byte(sample, killed_run, tmp_path):
     run_dir = copy_of(killed_run, tmp_path)
     before = snapshot(run_dir)

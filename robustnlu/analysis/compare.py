@@ -5,8 +5,9 @@ the core paper's result tables report it (Tables 11-14: "%" columns = relative c
 A directory is a run directory (it holds ``results.json``) or a sweep directory whose
 sub-directories are runs (a Hydra multirun's jobs, ``<sweep>/<scenario>-<method>-seed<seed>-<job hash>/``),
 taken in the order of the sweep's job list (`robustnlu.rundir.sweep_runs`).
-A results.json that lacks what the table shows (`robustnlu.analysis.runs.results_problem`): one
-``error:`` line naming it, exit status 2.
+A results.json that lacks what the table shows (`robustnlu.analysis.runs.results_problem`), or
+a run of another scenario than the first run's (a relative change compares scores on one test
+set): one ``error:`` line naming it, exit status 2.
 """
 
 from __future__ import annotations
@@ -31,6 +32,16 @@ def run_dirs(paths: list[Path]) -> list[RunDir]:
             raise DataError(path, None, "neither a run directory (no results.json) nor a sweep of finished runs")
         found += runs
     return found
+
+
+def check_one_scenario(runs: list[Run]) -> None:
+    """`DataError` naming the first run whose scenario (hence test set) is not the baseline's."""
+    base = runs[0].scenario
+    for run in runs[1:]:
+        if run.scenario != base:
+            raise DataError(run.dir.results_file, None,
+                            f"scenario {run.scenario.name}, but the baseline {runs[0].path} is of "
+                            f"{base.name}: relative changes compare runs on one test set")
 
 
 #: what the table reads from a results.json: what every report reads, and each `COMPARE` test metric
@@ -67,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     found = [Run(d.path, d.results()) for d in run_dirs(args.dirs)]
     check_results(found, COMPARED_KEYS)
+    check_one_scenario(found)
     runs = [r.results for r in found]
     labels = [f"{r['method']} (seed {r['seed']})" for r in runs]
     first = runs[0]

@@ -56,9 +56,18 @@ def mean_effects(pairs: Sequence[tuple[NoiseScore, NoiseScore]], metric: str) ->
 
 
 def match_cells(base: Sequence[NoiseScore], aug: Sequence[NoiseScore]) -> list[tuple[NoiseScore, NoiseScore]]:
-    """(base, aug) for every cell both have, in the base's order."""
+    """(base, aug) for every cell both have, in the base's order. ValueError naming the first cell
+    the two scored on different numbers of utterance pairs: the effects subtract scores of the same
+    utterances (a synthetic suite noises the run's own split, seeded by the run's seed, so runs of
+    another seed or split are scored on other utterances)."""
     by_cell = {s.cell: s for s in aug}
-    return [(b, by_cell[b.cell]) for b in base if b.cell in by_cell]
+    pairs = [(b, by_cell[b.cell]) for b in base if b.cell in by_cell]
+    for b, a in pairs:
+        if b.n != a.n:
+            raise ValueError(f"{b.dataset} {b.noise}: {a.n} utterance pairs, but {b.n} in the baseline's: the two runs "
+                             "were scored on different utterances (another seed or split?); compare runs scored on "
+                             "the same ones")
+    return pairs
 
 
 def effects_table(pairs: Sequence[tuple[NoiseScore, NoiseScore]]) -> str:
@@ -130,12 +139,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs = [(path, str(path)) for path in (args.base, args.aug) if path is not None]
     (base_path, base_label), *augmented = runs
     base = load_scores(base_path)
-    scored = [(label, load_scores(path)) for path, label in augmented]
+    scored = [(path, label, load_scores(path)) for path, label in augmented]
+    tables = []  # built before anything is printed: a pair of runs that cannot be compared stops it
     for suite, scores in base.items():
-        print(f"\n## {suite}: {base_label}\n\n{score_table(scores)}")
-        for label, aug in scored:
+        tables.append(f"\n## {suite}: {base_label}\n\n{score_table(scores)}")
+        for path, label, aug in scored:
             if suite in aug:
-                print(f"\n## {suite}: {label} vs {base_label} (points)\n\n{effects_table(match_cells(scores, aug[suite]))}")
+                try:
+                    pairs = match_cells(scores, aug[suite])
+                except ValueError as err:
+                    raise DataError(RunDir(path).robustness_file, None, f"suite {suite}, {err}") from None
+                tables.append(f"\n## {suite}: {label} vs {base_label} (points)\n\n{effects_table(pairs)}")
+    print("\n".join(tables))
     return 0
 
 

@@ -34,10 +34,11 @@ their ``last.ckpt``, the runs and stages not started run; then stages 3-4 as eve
 Like ``robustnlu.hpo``, a driver (argparse + Hydra's compose API) rather than a Hydra app: the
 overrides are forwarded verbatim to the multiruns. Refused before anything trains (one
 ``error:`` line, exit status 2, nothing written): a query outside the curve's domain (``--at`` ≤ 0,
-a ``--reach`` that is not finite), a subset percentage outside [0, 100] or given twice; without
-``resume=true``, a sweep directory that already holds runs (stage 4 would pool them with this
-protocol's) or a protocol's record; with it, a sweep directory whose ``protocol.json`` records
-other settings (named in the error), or that holds runs but no ``protocol.json``.
+a ``--reach`` that is not finite), a subset percentage outside [0, 100] or given twice, a seed
+outside [0, 2^32 − 1], ``--mode adapt`` without a percentage above 0; without ``resume=true``, a
+sweep directory that already holds runs (stage 4 would pool them with this protocol's) or a
+protocol's record; with it, a sweep directory whose ``protocol.json`` records other settings
+(named in the error), or that holds runs but no ``protocol.json``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from robustnlu.cli import compose_run_config, run_multirun
+from robustnlu.config_spec import SEED, integer
 from robustnlu.efficiency.curve import subset_percentages
 from robustnlu.errors import CommandLineParser, ConfigError, entry_point
 from robustnlu.io import atomic_write_json
@@ -65,7 +67,15 @@ SETTINGS = {"mode": "--mode", "percents": "--percents", "seeds": "--seeds", "ove
 
 def numbers(kind):
     """An argparse type: comma-separated numbers (``0,7,21``; options never swallow overrides)."""
-    return lambda text: [kind(x) for x in text.split(",") if x.strip()]
+    what = "integers" if kind is int else "numbers"
+
+    def parse(text: str) -> list:
+        try:
+            return [kind(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
+
+    return parse
 
 
 def training_overrides(overrides: list[str]) -> list[str]:
@@ -85,10 +95,17 @@ def source_checkpoints(source_dir: Path) -> dict[int, Path]:
     return found
 
 
-def check_protocol(percents: list[float], seeds: list[int]) -> None:
-    """`ConfigError` for subset percentages outside [0, 100] or given twice, or no seed."""
+def check_protocol(mode: str, percents: list[float], seeds: list[int]) -> None:
+    """`ConfigError` for subset percentages outside [0, 100] or given twice, no seed or one outside
+    the seed's range, or (``--mode adapt``, which adapts to the non-zero subsets only) no percentage
+    above 0."""
     if not percents or not seeds:
         raise ConfigError("--percents and --seeds need at least one value each")
+    if mode == "adapt" and not any(p > 0 for p in percents):
+        raise ConfigError("--mode adapt adapts the source models to the subsets above 0%: give --percents at "
+                          "least one of them")
+    for seed in seeds:  # the training config's range, checked here rather than by every job of the multirun
+        integer(SEED).check("--seeds", seed, {})
     if bad := [p for p in percents if not 0 <= p <= 100]:
         raise ConfigError(f"--percents {','.join(f'{p:g}' for p in bad)}: a subset percentage lies in [0, 100]")
     if len(set(percents)) != len(percents) or len(set(seeds)) != len(seeds):
@@ -174,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     from robustnlu.efficiency.study import build_efficiency, check_queries
 
     check_queries(args.reach, args.at)  # before the protocol trains, not after
-    check_protocol(args.percents, args.seeds)
+    check_protocol(args.mode, args.percents, args.seeds)
     train = training_overrides(args.overrides)
     cfg = compose_run_config(train)
     # resolved once, absolute: every stage writes below it, and the adapt runs' efficiency.init_from

@@ -44,7 +44,7 @@ from robustnlu.efficiency.curve import (
 )
 from robustnlu.efficiency.report import FILES, sentence, write_efficiency
 from robustnlu.errors import CommandLineParser, DataError, RobustNLUError, entry_point
-from robustnlu.io import check_outputs
+from robustnlu.io import check_outputs, writing
 from robustnlu.rundir import RunDir, finished_runs
 
 
@@ -303,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     matplotlib.use("Agg")
     check_outputs([args.out / name for name in FILES], (), "--out", within=run_dirs_under(args.dirs))
     study = build_efficiency(_groups(args.dirs, args.label), args.reach, args.at, args.metric)
-    written = write_efficiency(study, args.out)
+    with writing("--out"):  # what check_outputs cannot foresee (a folder the system refuses, a full disk)
+        written = write_efficiency(study, args.out)
     for c in study.curves:
         for note in c.notes:
             print(f"warning: {c.label}: {note}", file=sys.stderr)

@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from robustnlu.data.utterance import SPLITS, Corpus, Utterance
-from robustnlu.io import compute_once, json_text
+from robustnlu.io import compute_once, json_text, writing
 from robustnlu.seqdrift.config import SplitConfig
 from robustnlu.seqdrift.entries import UnusableEntry, check_fields, parse_json, read_entry, write_entry
 from robustnlu.seqdrift.split import DriftSplit
@@ -151,7 +151,9 @@ def save_clusters(cache_dir: str | Path, key: str, uids: Sequence[str], clusters
 
 def cached_computation(cache_dir: str | Path, key: str, load: Callable[[], T | None], compute: Callable[[], T]) -> T:
     """`robustnlu.io.compute_once` for the cache entry ``key`` (a split or a clustering). An
-    entry that ``load`` finds unusable (`UnusableEntry`) is recomputed, and why is logged once."""
+    entry that ``load`` finds unusable (`UnusableEntry`) is recomputed, and why is logged once. A
+    cache folder that cannot be written (missing parent, read-only, full) is a `ConfigError` naming
+    ``paths.cache_dir`` (`robustnlu.io.writing`), the key every command passes as ``cache_dir``."""
     claim = Path(cache_dir) / "seqdrift" / "claims" / key
     reported: set[str] = set()
 
@@ -164,7 +166,8 @@ def cached_computation(cache_dir: str | Path, key: str, load: Callable[[], T | N
                 logger.warning("recomputing the cache entry %s", err)
             return None
 
-    return compute_once(claim, checked_load, compute)
+    with writing("paths.cache_dir"):
+        return compute_once(claim, checked_load, compute)
 
 
 def artifact_dir(cache_dir: str | Path, key: str) -> Path:

@@ -10,11 +10,11 @@ from robustnlu.analysis.compare import main
 from robustnlu.metrics.registry import relative_change
 
 
-def write_run(folder, method, combined_test, combined_valid=0.9):
+def write_run(folder, method, combined_test, combined_valid=0.9, dataset="snips"):
     metrics = {"combined": combined_test, "intent_acc": 0.9, "slot_f1": 0.8, "semer": 0.1, "frame_acc": 0.7}
     folder.mkdir(parents=True)
     (folder / "results.json").write_text(json.dumps({
-        "dataset": "snips", "method": method, "seed": 0, "drift": {"kind": "slot_context"},
+        "dataset": dataset, "method": method, "seed": 0, "drift": {"kind": "slot_context", "partial": False, "validation": "iid"},
         "metrics": {"test": metrics, "valid": {**metrics, "combined": combined_valid}},
     }))
 
@@ -33,6 +33,17 @@ def test_sweep_directory_lists_jobs_in_order_with_relative_change(tmp_path, caps
     assert rows[0].startswith("erm") and rows[1].startswith("topk")
     assert "88.00 (+10.00%)" in rows[1] and "(+" not in rows[0]
     assert rows[1].rstrip().endswith("+2.00")  # drop: valid 90.00 - test 88.00
+
+
+def test_runs_of_another_scenario_than_the_baseline_are_refused(tmp_path, capsys):
+    write_run(tmp_path / "erm", "erm", 0.80)
+    write_run(tmp_path / "topk", "topk", 0.88, dataset="atis")
+    assert main([str(tmp_path / "erm"), str(tmp_path / "topk")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"error: {tmp_path / 'topk' / 'results.json'}: scenario atis-slot_context-full-iid, "
+                            f"but the baseline {tmp_path / 'erm'} is of snips-slot_context-full-iid: "
+                            "relative changes compare runs on one test set\n")
 
 
 def test_a_directory_without_runs_is_a_clear_error(tmp_path, capsys):

@@ -125,3 +125,20 @@ def test_a_sweep_without_exactly_one_baseline_is_one_error_line(tmp_path, capsys
     assert main([str(sweep)]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.startswith("error: ") and problem in captured.err
+
+
+def test_runs_scored_on_different_utterances_are_refused(tmp_path, capsys):
+    """A synthetic suite noises the run's own split seeded by the run's seed: another seed changes
+    which utterances a transform alters, so a cell's pairs (n) differ and no effect is computed."""
+    for model, n in (("base", 100), ("aug", 97)):
+        run = tmp_path / model
+        run.mkdir()
+        entry = {"scores": [{**s.to_dict(), "n": n if s.cell == ("snips", "synonym") else 100} for s in scores(model)],
+                 "pairs": [], "checkpoint": "x.ckpt"}
+        (run / "robustness.json").write_text(json.dumps({"suites": {"synthetic": entry}}))
+    assert main([str(tmp_path / "base"), str(tmp_path / "aug")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"error: {tmp_path / 'aug' / 'robustness.json'}: suite synthetic, snips synonym: 97 "
+                            "utterance pairs, but 100 in the baseline's: the two runs were scored on different "
+                            "utterances (another seed or split?); compare runs scored on the same ones\n")

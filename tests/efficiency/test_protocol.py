@@ -203,6 +203,13 @@ def test_conatural_without_a_source_model_is_a_config_error(tmp_path):
     (["--reach", "inf"], "--reach inf: not a finite number"),
     (["--percents", "0,50,150"], "--percents 150: a subset percentage lies in [0, 100]"),
     (["--percents", "0,50,50"], "--percents and --seeds must not repeat a value"),
+    (["--percents", "0,ten"], "python -m robustnlu.efficiency: argument --percents: expected comma-separated numbers, "
+                              "got '0,ten' (see python -m robustnlu.efficiency --help)"),
+    (["--mode", "adapt", "--percents", "0"], "--mode adapt adapts the source models to the subsets above 0%: "
+                                             "give --percents at least one of them"),
+    (["--seeds", "0,-1"], "--seeds: must be in [0, 4294967295] (got -1)"),
+    (["--seeds", "1.5"], "python -m robustnlu.efficiency: argument --seeds: expected comma-separated integers, "
+                         "got '1.5' (see python -m robustnlu.efficiency --help)"),
 ])
 def test_a_query_or_subset_out_of_range_is_refused_before_the_protocol_trains(topv2_cut, tmp_path, args, message):
     """Before the fix, --at -5 was refused by the study after every run had trained."""

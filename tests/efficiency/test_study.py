@@ -227,6 +227,12 @@ def test_cli_exit_2_for_a_directory_without_efficiency_runs(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()
 
 
+def test_cli_an_out_the_system_refuses_to_create_is_one_error_line(sweeps, capsys):
+    """/proc takes no new folder (the check before the work cannot know): the write's error, one line."""
+    assert main([str(sweeps[0]), "--out", "/proc/robustnlu-test"]) == 2
+    assert capsys.readouterr().err == "error: --out: cannot write /proc/robustnlu-test: No such file or directory\n"
+
+
 def test_cli_label_count_mismatch(sweeps, tmp_path, capsys):
     assert main([str(sweeps[0]), "--out", str(tmp_path / "o"), "--label", "a", "b"]) == 2
     assert "--label" in capsys.readouterr().err and not (tmp_path / "o").exists()

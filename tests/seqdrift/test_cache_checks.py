@@ -254,3 +254,17 @@ def test_training_recomputes_a_cached_split_with_a_misspelt_split_name(tmp_path)
     results = json.loads((run_dir / "results.json").read_text())
     assert results["drift"]["split_key"] == path.parent.name and path.read_bytes() == written
     assert results["sizes"]["test"] == sum(row["split"] == "test" for row in json.loads(written)["rows"]) > 0
+
+
+@pytest.mark.parametrize("module", ["robustnlu.seqdrift", "robustnlu"])
+def test_a_cache_dir_that_cannot_be_written_is_one_error_line(tmp_path, module):
+    """``paths.cache_dir`` under a plain file (so unwritable even for root): the split and the
+    training run both stop with one line naming the key, and leave no run directory."""
+    (tmp_path / "notes.txt").write_text("mine\n")
+    extra = [*FAST, "trainer.max_epochs=1"] if module == "robustnlu" else []
+    proc = run_cli([*SNIPS, *extra, f"paths.cache_dir={tmp_path / 'notes.txt' / 'cache'}",
+                    f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, module=module)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: paths.cache_dir: cannot write {tmp_path / 'notes.txt' / 'cache' / 'seqdrift' / 'claims'}: Not a directory")
+    assert not (tmp_path / "run").exists() and (tmp_path / "notes.txt").read_text() == "mine\n"

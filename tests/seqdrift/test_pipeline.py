@@ -10,6 +10,7 @@ import pytest
 
 from integration_helpers import REPO, run_cli, write_snips_sample_jsonl
 from robustnlu.data.readers import load_corpus
+from robustnlu.errors import ConfigError
 from robustnlu.paths import shipped_config
 from robustnlu.seqdrift.artifact import CLUSTERS_FILE, SPLIT_FILE, STATS_FILE, artifact_dir
 from robustnlu.seqdrift.entries import SUMS_FILE
@@ -62,7 +63,7 @@ def test_a_failed_write_leaves_no_split_file_and_the_next_call_recomputes(hand_c
         real_replace(src, dst)
 
     monkeypatch.setattr(robustnlu.io.os, "replace", crash)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(ConfigError, match="^paths.cache_dir: cannot write: disk full$"):
         make_drift_split(corpus, hand_drift, {"kind": "iid"}, tmp_path)
     written = sorted(p.relative_to(tmp_path / "seqdrift").parts for p in (tmp_path / "seqdrift").rglob("*") if p.is_file())
     # the clustering's entry is complete; the split's has its stats.json but neither split.json nor SHA256SUMS
