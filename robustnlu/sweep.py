@@ -77,7 +77,7 @@ def print_status(path: Path, sweep: Sweep | None, jobs: list[Job]) -> None:
     others = [j for j in jobs if not j.listed]
     if sweep is None:
         source = "no multirun.yaml: the job folders found"
-    elif not sweep.basic:
+    elif not sweep.product:
         source = f"{sweep.sweeper.rsplit('.', 1)[-1]} makes its jobs as it goes: the job folders found"
     else:
         source = "its multirun.yaml's job list"
@@ -134,8 +134,8 @@ def check_relaunchable(sweep: Sweep | None, path: Path) -> Sweep:
                               "hydra.sweep.dir=<this folder> (the efficiency protocol continues so)")
         raise ConfigError(f"{path}: no multirun.yaml, so the sweep's jobs are not known; launch the sweep again "
                           "with resume=true and hydra.sweep.dir=<this folder>")
-    if not sweep.basic:
-        raise ConfigError(f"{path}: a sweep of {sweep.sweeper} (not Hydra's basic sweeper) decides its jobs as it "
+    if not sweep.product:
+        raise ConfigError(f"{path}: a sweep of {sweep.sweeper} (not a product of values) decides its jobs as it "
                           "goes; run its command again to continue it (an Optuna search adds trials to its study)")
     if sweep.config_name != TRAINING_CONFIG:
         raise ConfigError(f"{path}: a sweep of the {sweep.config_name!r} app; relaunch runs training sweeps "

@@ -46,8 +46,10 @@ NEUTRAL_SETTINGS = ("resume", "resume_override", "keep_last_checkpoint", "optimi
                     "trainer.enable_progress_bar", "trainer.log_every_n_steps")
 #: the file Hydra writes into a sweep directory when the multirun starts
 MULTIRUN_FILE = "multirun.yaml"
-#: the ``_target_`` of Hydra's basic sweeper, whose job list is the product of the sweep's values
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+#: the ``_target_``s of the sweepers whose job list is the product of the sweep's values: Hydra's basic
+#: sweeper and robustnlu's (``hydra/sweeper=product``, the default)
+PRODUCT_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                    "hydra_plugins.robustnlu_plugins.product_sweeper.ProductSweeper")
 #: hex digits of `job_hash`
 HASH_DIGITS = 8
 
@@ -150,9 +152,9 @@ class Sweep:
         return str(self.get("hydra.sweeper._target_", ""))
 
     @property
-    def basic(self) -> bool:
-        """Whether Hydra's basic sweeper ran it (a job list that is the product of its values)."""
-        return self.sweeper == BASIC_SWEEPER
+    def product(self) -> bool:
+        """Whether a product sweeper ran it (a job list that is the product of its values)."""
+        return self.sweeper in PRODUCT_SWEEPERS
 
     @property
     def subdir(self) -> str:
@@ -173,7 +175,7 @@ class Sweep:
         """Each job's task overrides, in launch order, as Hydra's basic sweeper makes them
         (``hydra.sweeper.params`` first, then the command line's overrides); None for another
         sweeper. `DataError` for overrides that cannot be expanded."""
-        if not self.basic:
+        if not self.product:
             return None
         from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
         from hydra.core.override_parser.types import ValueType

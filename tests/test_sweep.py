@@ -36,7 +36,7 @@ from robustnlu.runlock import LOCK_NAME, holder
 from robustnlu.seqdrift.artifact import STATS_TABLE_FILE
 from robustnlu.sweep import main, relaunch
 from robustnlu.sweep_state import sweep_status
-from robustnlu.sweep_jobs import BASIC_SWEEPER, job_hash, job_identity, read_sweep
+from robustnlu.sweep_jobs import PRODUCT_SWEEPERS, job_hash, job_identity, read_sweep
 
 
 # ---------------------------------------------------------------------------- identity
@@ -92,7 +92,7 @@ def test_the_efficiency_protocols_and_a_seqdrift_sweeps_job_folders_are_named_by
 # ---------------------------------------------------------------------------- a sweep made by hand
 def _multirun(sweep: Path, task: list[str], hydra: list[str] = (), params: dict | None = None,
               subdir: str = "${scenario}-${method.name}-seed${seed}-${job_hash:${hydra.overrides.task}}",
-              sweeper: str = BASIC_SWEEPER, cwd: Path | None = None, app: str = "config") -> None:
+              sweeper: str = PRODUCT_SWEEPERS[0], cwd: Path | None = None, app: str = "config") -> None:
     sweep.mkdir(parents=True, exist_ok=True)
     record = {"hydra": {"overrides": {"task": list(task), "hydra": list(hydra)},
                         "sweeper": {"_target_": sweeper, "max_batch_size": None, "params": params},

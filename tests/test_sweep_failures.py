@@ -33,13 +33,17 @@ def _common(data):
             f"dataset.test={data['test']}"]
 
 
-def test_a_user_error_fails_its_job_only_and_the_sweep_exits_non_zero(data, tmp_path):
-    """~15 s: 2 jobs, the first with a malformed train file."""
+@pytest.mark.parametrize("batch", [[], ["hydra.sweeper.max_batch_size=1"]], ids=["one_batch", "a_batch_per_job"])
+def test_a_user_error_fails_its_job_only_and_the_sweep_exits_non_zero(data, tmp_path, batch):
+    """~15 s: 2 jobs, the first with a malformed train file; in one batch, or a batch each (the
+    failed job's batch does not stop the next: `hydra_plugins.robustnlu_plugins.batches`)."""
     sweep = tmp_path / "sweep"
-    proc = run_cli(["-m", *_common(data), f"dataset.train={data['bad']},{data['train']}",
+    proc = run_cli(["-m", *_common(data), f"dataset.train={data['bad']},{data['train']}", *batch,
                     f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=job${hydra.job.num}"], cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert (sweep / "job1" / "results.json").is_file()  # the job after the failed one ran
+    sweeper = OmegaConf.load(sweep / "multirun.yaml").hydra.sweeper
+    assert sweeper._target_ == "hydra_plugins.robustnlu_plugins.product_sweeper.ProductSweeper"
     assert sorted(p.name for p in sweep.iterdir()) == ["job0", "job1", "multirun.yaml"]
     assert [p.name for p in (sweep / "job0").iterdir()] == ["status.json"]  # job0: its record, nothing else
     record = json.loads((sweep / "job0" / "status.json").read_text())

@@ -8,9 +8,8 @@ have not finished, which a product of values (Hydra's basic sweeper) cannot expr
 - The command line's own task overrides (e.g. ``resume=true``) are added to every job, replacing
   a job's override of the same key.
 - ``max_batch_size``: jobs launched at a time (null: all in one batch; with hydra/launcher=slurm,
-  one job array per batch), as for the basic sweeper. Unlike the basic sweeper, a failed job does
-  not stop the later batches: every batch runs, then the first failure is raised (Hydra prints
-  it, exit status 1).
+  one job array per batch), as for the basic sweeper; a failed job does not stop the later batches
+  (`launch_batches`).
 - It does not write ``multirun.yaml``: the sweep directory keeps the record of the sweep it
   relaunches (its job list).
 """
@@ -18,7 +17,6 @@ have not finished, which a product of values (Hydra's basic sweeper) cannot expr
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,9 +28,8 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
+from hydra_plugins.robustnlu_plugins.batches import launch_batches
 from robustnlu.errors import ConfigError, exit_with_error
-
-log = logging.getLogger(__name__)
 
 
 def read_jobs(path: str | Path) -> list[list[str]]:
@@ -80,21 +77,4 @@ class JobListSweeper(Sweeper):
         except ConfigError as err:
             exit_with_error(err)
         size = size or max(1, len(jobs))
-        returns: list[Sequence[JobReturn]] = []
-        failures: list[Exception] = []
-        index = 0
-        for start in range(0, len(jobs), size):
-            batch = jobs[start:start + size]
-            self.validate_batch_is_legal(batch)
-            results = self.launcher.launch(batch, initial_job_idx=index)
-            index += len(batch)
-            returns.append(results)
-            for result in results:
-                try:
-                    _ = result.return_value  # raises the job's own error when it failed
-                except Exception as err:  # noqa: BLE001  (reported once every batch has run)
-                    failures.append(err)
-        log.info(f"{len(jobs)} job(s) launched, {len(failures)} failed")
-        if failures:
-            raise failures[0]
-        return returns
+        return launch_batches(self, [jobs[start:start + size] for start in range(0, len(jobs), size)])

@@ -1,0 +1,33 @@
+"""``hydra/sweeper=product`` (conf/hydra/sweeper/product.yaml), robustnlu's sweeper when no search
+is chosen (conf/hparams_search/none.yaml): Hydra's basic sweeper, every combination of the swept
+values (``hydra.sweeper.params`` first, then the command line's), ``max_batch_size`` jobs at a
+time and ``multirun.yaml`` written into the sweep directory as Hydra writes it, except that a failed
+job does not stop the later batches (`launch_batches`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobReturn
+from omegaconf import OmegaConf
+
+from hydra_plugins.robustnlu_plugins.batches import launch_batches
+
+
+class ProductSweeper(BasicSweeper):
+    """See the module docstring; the arguments are Hydra's basic sweeper's."""
+
+    def sweep(self, arguments: list[str]) -> list[Sequence[JobReturn]]:
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        self.overrides = self.split_arguments(parser.parse_overrides([*self._parse_config(), *arguments]),
+                                              self.max_batch_size)
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        batches = []
+        while not self.is_done():
+            batches.append(self.get_job_batch())
+        return launch_batches(self, batches)
