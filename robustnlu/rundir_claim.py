@@ -214,10 +214,14 @@ class RunDirOwnership(Callback):
         unclaim(config.hydra.run.dir)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """The sweep's folder, made here (Hydra's sweeper would make it next) so that one it cannot
-        create is one error line, not the sweeper's traceback."""
+        """Whether the sweep's folder can be made, tried here so that one that cannot is one error line,
+        not the sweeper's traceback. What the try made is removed again: the sweeper makes the folder
+        when it launches, and a sweep it refuses before that (a bad Optuna setting) leaves nothing."""
         path = Path(config.hydra.sweep.dir)
+        made = [p for p in (path, *path.parents) if not p.exists()]  # the deepest first
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             exit_with_error(ConfigError(f"hydra.sweep.dir: cannot create {path}: {err.strerror or err}"))
+        for folder in made:
+            folder.rmdir()

@@ -12,6 +12,7 @@ from hydra import compose, initialize_config_dir
 from hydra_plugins.robustnlu_plugins.optuna_sweeper import (
     make_sqlite_folder,
     nothing_to_search,
+    numbered_runs,
     search_space,
     sweep_overrides,
 )
@@ -304,6 +305,17 @@ def test_a_search_continued_into_its_sweep_dir_keeps_each_trials_run_in_the_tria
         assert run["config"]["method"]["k"] == trial.params["method.k"]
         assert run["config"]["optimizer"]["lr"] == pytest.approx(trial.params["optimizer.lr"])
         assert run["metrics"]["valid"]["combined"] == pytest.approx(trial.value)
+
+
+def test_a_batch_whose_trial_numbers_another_search_interrupted_is_launched_in_runs_of_its_own_numbers():
+    """A batch's jobs take their trials' numbers (their folders); a trial that another search asked
+    of the study in between (here: asked between ours) splits the batch where its number is."""
+    study = optuna.create_study()
+    ours = [study.ask(), study.ask()]
+    study.ask()  # the other search's, number 2
+    ours += [study.ask(), study.ask()]
+    assert [[t.number for t in run] for run in numbered_runs(ours)] == [[0, 1], [3, 4]]
+    assert [[t.number for t in run] for run in numbered_runs(ours[:2])] == [[0, 1]]
 
 
 def test_a_continued_search_proposes_new_points_not_those_of_its_earlier_trials(continued_search):

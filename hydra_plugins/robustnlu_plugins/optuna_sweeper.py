@@ -167,6 +167,19 @@ def settings_clash(study: Any, settings: Mapping[str, str], direction: str) -> s
     return f"{where} holds trials of other settings ({'; '.join(differ)}): {fix}"
 
 
+def numbered_runs(trials: Sequence[Any]) -> list[list[Any]]:
+    """``trials`` (asked in a row) in runs of consecutive trial numbers, each launched as one batch
+    whose jobs take their trials' numbers: one run, unless another search asked trials of the study
+    in between (their numbers' folders are that search's)."""
+    runs: list[list[Any]] = []
+    for trial in trials:
+        if runs and trial.number == runs[-1][-1].number + 1:
+            runs[-1].append(trial)
+        else:
+            runs.append([trial])
+    return runs
+
+
 def make_sqlite_folder(storage: str | None) -> None:
     """The folder of a SQLite ``storage``'s file (``sqlite:///outputs/hpo/optuna.db``: outputs/hpo),
     which SQLite does not make. Made when the study is first opened, after the settings are
@@ -252,15 +265,18 @@ class OptunaSweeper(Sweeper):
         left = self.n_trials
         while left > 0:
             trials = [study.ask(space) for _ in range(min(self.n_jobs, left))]
-            batch = [(*(f"{k}={v}" for k, v in trial.params.items()), *fixed.values()) for trial in trials]
-            # a job's number is its trial's (a batch's trials are numbered in a row, unless another
-            # search asks trials of the study at the same moment), so that a search continued into its
-            # sweep dir (hydra.sweep.subdir: ${hydra.job.num}) writes new folders, not its earlier trials'
+            # a job's number is its trial's, so that a search continued into its sweep dir
+            # (hydra.sweep.subdir: ${hydra.job.num}) writes new folders, not its earlier trials'
+            returns: list[JobReturn] = []
             try:
-                returns = self.launcher.launch(batch, initial_job_idx=trials[0].number)
+                for run in numbered_runs(trials):
+                    batch = [(*(f"{k}={v}" for k, v in trial.params.items()), *fixed.values()) for trial in run]
+                    returns += self.launcher.launch(batch, initial_job_idx=run[0].number)
             except BaseException:  # the search is stopped (Ctrl-C): its trials run no more, as Optuna's optimize
-                for trial in trials:
+                for trial in trials[len(returns):]:
                     study.tell(trial, state=TrialState.FAIL)
+                for trial, ret in zip(trials, returns):
+                    self._tell(study, trial, ret)
                 raise
             told = [self._tell(study, trial, ret) for trial, ret in zip(trials, returns, strict=True)]
             failed = [err for err in told if err is not None]
