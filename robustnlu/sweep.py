@@ -81,7 +81,7 @@ def print_status(path: Path, sweep: Sweep | None, jobs: list[Job]) -> None:
         source = f"{sweep.sweeper.rsplit('.', 1)[-1]} makes its jobs as it goes: the job folders found"
     else:
         source = "its multirun.yaml's job list"
-    counted = listed if sweep is not None and sweep.basic else jobs  # without a job list: what the folders hold
+    counted = listed if sweep is not None and sweep.product else jobs  # without a job list: what the folders hold
     counts = {state: sum(j.state == state for j in counted) for state in STATES}
     print(f"{path}: {len(counted)} jobs ({source}): " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     keys = varying(listed) if len(listed) > 1 else set()

@@ -178,6 +178,10 @@ class SignalAtStep(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         first_start = int(os.environ.get("SLURM_RESTART_COUNT") or 0) == 0
         if self.step is not None and trainer.global_step == self.step and first_start:
+            if self.signum == signal.SIGINT:  # Ctrl-C in a terminal reaches a process that handles it, but
+                # one started in the background of a non-interactive shell (a test run under nohup ... &)
+                # inherits SIGINT ignored, and Python then installs no KeyboardInterrupt for it
+                signal.signal(signal.SIGINT, signal.default_int_handler)
             # the Python handler (submitit's) runs as soon as os.kill returns, before training goes on
             os.kill(os.getpid(), self.signum)
 

@@ -185,7 +185,7 @@ def test_status_into_a_pipe_its_reader_closed_ends_without_a_traceback(tmp_path)
     ("hydra:\n  overrides: [seed=0,\n",
      "multirun.yaml:3: unreadable (ParserError: expected the node content, but found '<stream end>')"),
     ("hydra:\n  overrides:\n    task: [seed=range(]\n  job:\n    config_name: config\n  sweeper:\n    _target_: "
-     + BASIC_SWEEPER + "\n",
+     + PRODUCT_SWEEPERS[0] + "\n",
      "multirun.yaml: cannot expand the sweep's overrides: cannot parse the overrides ['seed=range(']: no viable "
      "alternative at input 'range('; See https://hydra.cc/docs/1.2/advanced/override_grammar/basic for details"),
 ])
@@ -406,13 +406,13 @@ def test_a_killed_sweep_is_relaunched_and_extended_without_training_its_finished
 
 
 def test_a_sweep_with_a_bad_value_and_a_crash_shows_each_failed_job_with_its_error(tmp_path):
-    """~20 s: optimizer.lr × trainer.limit_train_batches, with lr -1 (refused by the schema: a user
-    error) and limit_train_batches -1 (refused by Lightning: a crash). Each failed job leaves a
+    """~20 s: optimizer.lr × trainer.val_check_interval, with lr -1 (refused by the schema: a user
+    error) and val_check_interval 1000 (refused by Lightning's fit in an epoch of fewer batches: a crash). Each failed job leaves a
     record; status lists it as failed with its error line; the crash keeps its traceback."""
     data = write_snips_sample_jsonl(tmp_path / "data", n_train=48, n_eval=16)
     sweep = tmp_path / "sweep"
     proc = run_cli(["-m", *FAST, "trainer.max_epochs=1", *jsonl_overrides(data), "optimizer.lr=5e-3,-1",
-                    "++trainer.limit_train_batches=1.0,-1", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+                    "++trainer.val_check_interval=1.0,1000", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     assert proc.returncode != 0
     status = run_cli(["status", str(sweep)], cwd=tmp_path, module="robustnlu.sweep")
     assert status.returncode == 0, status.stderr[-3000:]
@@ -422,12 +422,12 @@ def test_a_sweep_with_a_bad_value_and_a_crash_shows_each_failed_job_with_its_err
     lines += ["", ""]
     rows = {" ".join(line.split()[2:]): (line.split()[0], lines[i + 1].strip(), lines[i + 2].strip())
             for i, line in enumerate(lines[1:-2], 1) if line.split()[0] in ("finished", "failed")}
-    assert rows["optimizer.lr=0.005 ++trainer.limit_train_batches=1.0"][0] == "finished"
-    for limit in ("1.0", "-1"):
-        state, error, _ = rows[f"optimizer.lr=-1 ++trainer.limit_train_batches={limit}"]
+    assert rows["optimizer.lr=0.005 ++trainer.val_check_interval=1.0"][0] == "finished"
+    for interval in ("1.0", "1000"):
+        state, error, _ = rows[f"optimizer.lr=-1 ++trainer.val_check_interval={interval}"]
         assert (state, error) == ("failed", "error: optimizer.lr: must be > 0 (got -1)")
-    state, error, note = rows["optimizer.lr=0.005 ++trainer.limit_train_batches=-1"]
-    assert state == "failed" and error.startswith("error: InstantiationException:") and "limit_train_batches" in error
+    state, error, note = rows["optimizer.lr=0.005 ++trainer.val_check_interval=1000"]
+    assert state == "failed" and error.startswith("error: ValueError:") and "val_check_interval" in error
     assert note.startswith("(traceback: ") and note.endswith("traceback.txt)")
 
     for folder in sweep.iterdir():
@@ -440,10 +440,10 @@ def test_a_sweep_with_a_bad_value_and_a_crash_shows_each_failed_job_with_its_err
             assert sorted(p.name for p in folder.iterdir()) == ["status.json"]
             assert record["state"] == "failed" and record["error"] == "optimizer.lr: must be > 0 (got -1)"
             assert record["overrides"] == overrides
-        elif "++trainer.limit_train_batches=-1" in overrides:
+        elif "++trainer.val_check_interval=1000" in overrides:
             assert record["state"] == "failed" and record["traceback"] == "traceback.txt"
             text = (folder / "traceback.txt").read_text()
-            assert text.startswith("Traceback") and "MisconfigurationException" in text
+            assert text.startswith("Traceback") and "ValueError" in text
 
 
 def test_a_seqdrift_sweeps_jobs_keep_their_folders_whatever_the_order_of_its_values(tmp_path):
