@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from robustnlu.errors import DataError
+from robustnlu.errors import DataError, first_line
 
 #: the layout of the checkpoints this robustnlu writes, stored in each under `FORMAT_KEY`
 #: (checkpoints written before the key existed: format 1). Format 2 (2026-11-24): the group sources'
@@ -39,10 +39,6 @@ MOVED_TARGETS = {
 OPTIMIZER_TARGETS = {"adamw": "robustnlu.optim.adamw.adamw", "conatural": "robustnlu.optim.conatural.conatural_sgd"}
 #: the `SLUModule` hyper-parameters every robustnlu checkpoint holds
 HYPER_PARAMETERS = ("model", "method", "optimizer", "vocab", "eval_intents", "encoder_spec", "encoder_config")
-
-
-def first_line(err: BaseException) -> str:
-    return f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}".rstrip(": ")
 
 
 def _moved(node: Any) -> Any:

@@ -45,7 +45,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationResolutionError
 
 from robustnlu.config_schema import check_config
-from robustnlu.errors import CommandLineParser, ConfigError, RobustNLUError, exit_with_error, report
+from robustnlu.errors import CommandLineParser, ConfigError, RobustNLUError, exit_with_error, first_line, report
 from robustnlu.io import atomic_write_json, atomic_write_text
 from robustnlu.paths import CONF_DIR, check_search_path
 from robustnlu.rundir import RunDir, status_record
@@ -91,7 +91,7 @@ def run_or_exit(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
         sys.exit(status)
     except Exception as err:
         if multirun:  # the folder stays as the job left it (a resumable last.ckpt among it)
-            record_failed_job(run_dir, f"{type(err).__name__}: {err}", list(hydra_cfg.overrides.task), err)
+            record_failed_job(run_dir, first_line(err), list(hydra_cfg.overrides.task), err)
             unclaim(run_dir)
         raise
     if multirun:

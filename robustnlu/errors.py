@@ -39,6 +39,13 @@ class ConfigError(RobustNLUError):
     """An invalid configuration value (names the config key)."""
 
 
+def first_line(err: BaseException) -> str:
+    """An exception on one line: its class and its message's first line (the class alone for an
+    exception without a message, e.g. Lightning's SIGTERMException)."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
+
+
 def report(err: RobustNLUError | str) -> int:
     """Print ``error: <message>`` (one line) on stderr; returns the exit status of a user error."""
     print(f"error: {err}", file=sys.stderr, flush=True)

@@ -35,11 +35,11 @@ from pytorch_lightning.plugins.precision import Precision
 from pytorch_lightning.utilities import GradClipAlgorithmType
 from torch import nn
 
-from robustnlu.checkpoint import CHECKPOINT_FORMAT, FORMAT_KEY, first_line, read_checkpoint
+from robustnlu.checkpoint import CHECKPOINT_FORMAT, FORMAT_KEY, read_checkpoint
 from robustnlu.config_spec import imported
 from robustnlu.data.utterance import LabelVocab
 from robustnlu.distributed import gather_task_losses
-from robustnlu.errors import ConfigError, DataError, NonFiniteLoss
+from robustnlu.errors import ConfigError, DataError, NonFiniteLoss, first_line
 from robustnlu.metrics.slu import SLUMetrics
 from robustnlu.metrics.slu import WORST_GROUP_ID
 from robustnlu.model.encoders import encoder_from_config

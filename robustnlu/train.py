@@ -41,14 +41,14 @@ from lightning_fabric.utilities.rank_zero import rank_zero_only
 from pytorch_lightning.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from robustnlu.checkpoint import AtomicCheckpointIO, first_line
+from robustnlu.checkpoint import AtomicCheckpointIO
 from robustnlu.config_schema import check_loaded_encoder
 from robustnlu.dashboard import log_results, run_config
 from robustnlu.data.datamodule import SLUDataModule
 from robustnlu.data.utterance import Corpus
 from robustnlu.data.readers import load_corpus
 from robustnlu.distributed import check_launch
-from robustnlu.errors import ConfigError, RobustNLUError, RunWriteError
+from robustnlu.errors import ConfigError, RobustNLUError, RunWriteError, first_line
 from robustnlu.evaluate import evaluate_suites, write_robustness
 from robustnlu.extras import require
 from robustnlu.hardware import device_record
@@ -288,7 +288,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             raise write_failure(err, out_dir) from None
         # SystemExit / KeyboardInterrupt: a signal (a Slurm requeue, Ctrl-C)
         state = "interrupted" if isinstance(err, (SystemExit, KeyboardInterrupt)) else "failed"
-        write_status(out_dir, state, error=f"{type(err).__name__}: {err}")
+        write_status(out_dir, state, error=first_line(err))
         raise
     finally:
         end_wandb_run()

@@ -188,3 +188,16 @@ def test_a_sweeps_runs_share_one_wandb_folder(sample, tmp_path):
     recorded = {json.loads((d / "wandb.json").read_text())["dir"] for d in job_dirs}
     assert {Path(r).resolve() for r in recorded} == {f.resolve() for f in folders}
     assert not any((d / "wandb").exists() for d in job_dirs)
+
+
+def test_an_exception_is_put_on_one_line_with_its_class_alone_when_it_has_no_message():
+    """The line a crashed or interrupted job's status.json records (`first_line`): Lightning's
+    SIGTERMException, raised without a message, is its class, not ``SIGTERMException:``."""
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    from robustnlu.errors import first_line
+
+    assert first_line(ValueError("  first\nsecond  ")) == "ValueError: first"
+    assert first_line(SIGTERMException()) == "SIGTERMException"
+    assert first_line(KeyboardInterrupt()) == "KeyboardInterrupt"
+    assert first_line(SystemExit(-1)) == "SystemExit: -1"
