@@ -45,7 +45,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationResolutionError
 
 from robustnlu.config_schema import check_config
-from robustnlu.errors import CommandLineParser, ConfigError, RobustNLUError, exit_with_error, first_line, report
+from robustnlu.errors import CommandLineParser, ConfigError, RobustNLUError, exit_with_error, first_line, report, yaml_problem
 from robustnlu.io import atomic_write_json, atomic_write_text
 from robustnlu.paths import CONF_DIR, check_search_path
 from robustnlu.rundir import RunDir, status_record
@@ -166,8 +166,8 @@ def hydra_message(err: CompactHydraException | yaml.YAMLError | UnicodeDecodeErr
     ``<file>:<line>: not valid YAML: <PyYAML's problem>``; one that is not UTF-8: ``<file>: not
     valid UTF-8 ...`` (the file: the one Hydra's config loader had open, ``full_path``)."""
     if isinstance(err, yaml.YAMLError):
-        mark, problem = getattr(err, "problem_mark", None), getattr(err, "problem", None) or str(err)
-        return f"{mark.name}:{mark.line + 1}: not valid YAML: {problem}" if mark else f"not valid YAML: {problem}"
+        file, line, problem = yaml_problem(err)
+        return f"{file}:{line}: not valid YAML: {problem}" if file else f"not valid YAML: {problem}"
     if isinstance(err, UnicodeDecodeError):
         files = [frame.f_locals["full_path"] for frame, _ in traceback.walk_tb(err.__traceback__)
                  if "full_path" in frame.f_locals]

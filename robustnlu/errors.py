@@ -46,6 +46,15 @@ def first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
 
 
+def yaml_problem(err: Exception) -> tuple[str | None, int | None, str]:
+    """A YAML file's parse error on one line: the file PyYAML names and the 1-based line of the
+    problem (None, None without a mark), and the problem (the whole message, its whitespace
+    collapsed, where it states none)."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or " ".join(str(err).split())
+    return (mark.name, mark.line + 1, problem) if mark else (None, None, problem)
+
+
 def report(err: RobustNLUError | str) -> int:
     """Print ``error: <message>`` (one line) on stderr; returns the exit status of a user error."""
     print(f"error: {err}", file=sys.stderr, flush=True)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from robustnlu.cli import compose_run_config, run_multirun
-from robustnlu.errors import CommandLineParser, ConfigError, RobustNLUError, entry_point
+from robustnlu.errors import CommandLineParser, ConfigError, RobustNLUError, entry_point, first_line
 from robustnlu.extras import require
 
 
@@ -70,9 +70,14 @@ def load_study(name: str, storage: str) -> Any | None:
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:  # no study of that name (yet)
         return None
-    except (ImportError, SQLAlchemyError) as err:  # as the sweeper reports it
-        raise ConfigError(f"hydra.sweeper.storage: cannot open {storage!r}: "
-                          f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
+    except (ImportError, SQLAlchemyError) as err:
+        raise unopenable_storage(storage, err) from None
+
+
+def unopenable_storage(storage: str | None, err: Exception) -> ConfigError:
+    """A study storage that cannot be opened (not a URL, no driver for it, a database not there),
+    as the driver and the Optuna sweeper report it."""
+    return ConfigError(f"hydra.sweeper.storage: cannot open {storage!r}: {first_line(err)}")
 
 
 # ---------------------------------------------------------------------------- overrides

@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from robustnlu.errors import DataError
+from robustnlu.errors import DataError, yaml_problem
 from robustnlu.io import CORRUPT_STREAM, data_file, open_data
 from robustnlu.sweep_jobs import job_hash, job_positions
 
@@ -178,8 +178,8 @@ class RunDir:
         except (OSError, UnicodeDecodeError) as err:
             raise DataError(path, None, f"cannot read: {err}") from None
         except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            raise DataError(path, mark.line + 1 if mark else None, f"invalid YAML: {getattr(err, 'problem', err)}") from None
+            _, line, problem = yaml_problem(err)
+            raise DataError(path, line, f"invalid YAML: {problem}") from None
         if not text.endswith("\n"):
             raise DataError(path, text.count("\n") + 1, "no line break at the end of the last line: the file is cut short")
         if not isinstance(cfg, DictConfig):

@@ -35,7 +35,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from robustnlu.errors import DataError
+from robustnlu.errors import DataError, yaml_problem
 
 #: settings that do not change what a run computes: where it writes and caches, how it logs and
 #: shows progress, how often it saves last.ckpt, which metric ``python -m robustnlu`` returns,
@@ -214,10 +214,8 @@ def read_sweep(path: str | Path) -> Sweep | None:
     try:
         config = OmegaConf.to_container(OmegaConf.load(record), resolve=False)
     except Exception as err:  # YAML errors: their line and problem (the message spans several lines)
-        mark = getattr(err, "problem_mark", None)
-        problem = getattr(err, "problem", None) or " ".join(str(err).split())
-        raise DataError(record, mark.line + 1 if mark else None,
-                        f"unreadable ({type(err).__name__}: {problem})") from None
+        _, line, problem = yaml_problem(err)
+        raise DataError(record, line, f"unreadable ({type(err).__name__}: {problem})") from None
     sweep = Sweep(path, config if isinstance(config, dict) else {})
     if not isinstance(sweep.get("hydra.overrides"), dict):
         raise DataError(record, None, "not a Hydra multirun record (no hydra.overrides)")

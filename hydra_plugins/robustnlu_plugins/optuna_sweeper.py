@@ -243,9 +243,10 @@ class OptunaSweeper(Sweeper):
             make_sqlite_folder(self.storage)
             study = optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=self.sampler,
                                         direction=self.direction, load_if_exists=True)
-        except (ImportError, OSError, SQLAlchemyError) as err:  # not a URL, no driver for it, a database not there
-            exit_with_error(ConfigError(f"hydra.sweeper.storage: cannot open {self.storage!r}: "
-                                        f"{type(err).__name__}: {str(err).splitlines()[0]}"))
+        except (ImportError, OSError, SQLAlchemyError) as err:
+            from robustnlu.hpo import unopenable_storage  # here: plugin discovery imports this module in every app
+
+            exit_with_error(unopenable_storage(self.storage, err))
         settings = study_settings(list(fixed.values()), self.config.get("optimized_metric"))
         clash = settings_clash(study, settings, self.direction) or space_clash(study, space)
         if clash is not None:
