@@ -53,6 +53,9 @@ ON_NONFINITE = ("stop", "skip")
 #: evaluation results that are no curve, never logged: the split's example count and the worst
 #: cluster's id (results.json and the W&B summary's ``final`` keep them)
 NOT_CURVES = ("n", WORST_GROUP_ID)
+#: the training loss of each step, in every logger every ``trainer.log_every_n_steps`` steps and in
+#: the console's progress bar (`robustnlu.progress.LossProgressBar`)
+STEP_LOSS = "train/loss_step"
 
 
 def _targets(node: Any, key: str) -> Iterator[tuple[str, Any]]:
@@ -236,7 +239,9 @@ class SLUModule(pl.LightningModule):
             return self.drop_nonfinite_batch(losses, nonfinite, batch_idx)
         with fp32(self.device):  # the objective (its own networks, weights, top-k) in float32
             loss = self.objective(losses)
-        self.log("train/loss_step", loss, prog_bar=True, sync_dist=True)  # under DDP: the global batch's loss
+        # not prog_bar=True, which reads the loss on the host after every step (robustnlu/progress.py);
+        # sync_dist: under DDP, the global batch's loss
+        self.log(STEP_LOSS, loss, sync_dist=True)
         # the epoch means are summed here and logged at its end (not Lightning's on_epoch=True,
         # whose sums a checkpoint does not keep): each self.log call costs ~0.6 ms of Lightning
         # bookkeeping (measured by `make bench`), ~10% of a GPU step

@@ -47,7 +47,7 @@ def test_trainer_callbacks_and_loggers_instantiate(tmp_path):
     cfg = compose_config(["logger=csv"], tmp_path)
     trainer = build_trainer(cfg)
     names = {type(c).__name__ for c in trainer.callbacks}
-    assert {"RelocatableModelCheckpoint", "EarlyStopping", "RichProgressBar"} <= names
+    assert {"RelocatableModelCheckpoint", "EarlyStopping", "LossProgressBar"} <= names
     assert trainer.checkpoint_callback.monitor == "valid/combined"
     assert [type(lg).__name__ for lg in trainer.loggers] == ["ResumableCSVLogger"]
 

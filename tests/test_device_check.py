@@ -141,6 +141,12 @@ def test_the_profile_splits_each_step_into_its_parts(check):
         assert syncs["per_step"] == pytest.approx(sum(syncs["sources"].values()))
     assert profile["lightning"]["parts"]["logging"]["calls"] >= 1 and profile["plain"]["parts"]["logging"]["calls"] == 0
     assert profile["lightning"]["parts"]["training_step"]["calls"] == 1
+    # what Lightning's loop reads on the host beyond the plain loop's: the non-finite check alone (a
+    # prog_bar metric would add a read every step, bar or no bar: robustnlu/progress.py)
+    lightning, plain = (profile[loop]["host_syncs"] for loop in ("lightning", "plain"))
+    (extra,) = set(lightning["sources"]) - set(plain["sources"])
+    assert "robustnlu/module.py:" in extra and extra.endswith("(training_step)")
+    assert lightning["per_step"] == plain["per_step"] + 1
 
 
 def test_compiled_and_eager_train_alike_on_the_same_buckets(check):

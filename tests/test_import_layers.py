@@ -22,9 +22,9 @@ matches it, its own or a package's):
 7. the LightningModule and prediction with a trained one;
 8. the config schema, which reads the allowed values of every layer below, and what the Hydra
    apps share (cli: composing and checking configs, one-line user errors);
-9. a training run (train) and what it logs for a dashboard (dashboard), the robustness suites
-   (evaluate, also a library of train), resuming, and the efficiency protocol's run (its corpus,
-   adaptation callback, source Fisher);
+9. a training run (train), its console progress bar (progress) and what it logs for a dashboard
+   (dashboard), the robustness suites (evaluate, also a library of train), resuming, and the
+   efficiency protocol's run (its corpus, adaptation callback, source Fisher);
 10. reading run directories back: analysis, the study report, the HPO driver, the efficiency
     study, its outputs and plot, a sweep's jobs' states (sweep_state), its status and relaunch
     (sweep), studies (a planned list of jobs run through the sweep machinery);
@@ -60,7 +60,7 @@ LAYERS: list[list[str]] = [
     ["robust"],
     ["module", "predict", "predictor"],
     ["config_schema", "cli", "rundir_claim"],
-    ["train", "dashboard", "evaluate", "resume", "efficiency.protocol", "efficiency.adapt"],
+    ["train", "progress", "dashboard", "evaluate", "resume", "efficiency.protocol", "efficiency.adapt"],
     ["analysis", "report", "hpo", "efficiency.study", "efficiency.report", "efficiency.plot", "sweep_state", "sweep", "studies"],
     ["studies.seqdrift_dro"],
     ["seqdrift.canonical", "reproduce"],  # + every __main__ (`layer_of`)
