@@ -99,6 +99,10 @@ MORE_BAD_VALUES = {
                       "validation.hold_out_both) must be < 1 (got 0.5)"),
     "unimportable callback": (["+callbacks.mine._target_=no.such.Callback"],
                               "callbacks.mine._target_: cannot be imported (No module named 'no') (got no.such.Callback)"),
+    # FAST deletes the bar: put the shipped one back
+    "bar refreshed in negative time": (["+callbacks.progress_bar._target_=robustnlu.progress.LossProgressBar",
+                                        "+callbacks.progress_bar.refresh_s=-1"],
+                                       "callbacks.progress_bar.refresh_s: must be >= 0 (got -1)"),
     "not set": (["dataset=jsonl", "dataset.train=x.jsonl"], "dataset.test: must be set (got ???)"),
     "longer than the positions": (["data.max_length=200"], "data.max_length: must be <= encoder.max_position_embeddings (got 200)"),
     # each parametric method's own kind of adversary: the other's would fail in the run's setup

@@ -82,6 +82,7 @@ def callbacks() -> MapOf:
                         "must be set when every_n_train_steps is null (a mid-epoch save is needed)"),)),
         instance("pytorch_lightning.callbacks.EarlyStopping", {"monitor": text(), "mode": mode,
                                                                "patience": integer(NON_NEGATIVE)}),
+        instance("robustnlu.progress.LossProgressBar", {"refresh_s": number(NON_NEGATIVE)}),
         instance("pytorch_lightning.callbacks.RichProgressBar"),
         instance("pytorch_lightning.callbacks.LearningRateMonitor", {"logging_interval": choice("step", "epoch", null=True)}),
     )))
