@@ -4,7 +4,9 @@ the core paper's result tables report it (Tables 11-14: "%" columns = relative c
 
 A directory is a run directory (it holds ``results.json``) or a sweep directory whose
 sub-directories are runs (a Hydra multirun's jobs, ``<sweep>/<scenario>-<method>-seed<seed>-<job hash>/``),
-taken in the order of the sweep's job list (`robustnlu.rundir.sweep_runs`).
+taken in the order of the sweep's job list (`robustnlu.rundir.sweep_runs`). A run is labelled by
+its method and seed; runs that share those are told apart by the overrides they were started
+with that differ among them (`run_labels`).
 A results.json that lacks what the table shows (`robustnlu.analysis.runs.results_problem`), or
 a run of another scenario than the first run's (a relative change compares scores on one test
 set): one ``error:`` line naming it, exit status 2.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from robustnlu.analysis.runs import RESULTS_KEYS, Run, check_results
 from robustnlu.errors import CommandLineParser, DataError, entry_point
 from robustnlu.metrics.registry import COMPARE, METRICS, drop, relative_change
 from robustnlu.rundir import RunDir, sweep_runs
+from robustnlu.sweep_jobs import shown_overrides, varying
 
 
 def run_dirs(paths: list[Path]) -> list[RunDir]:
@@ -42,6 +46,24 @@ def check_one_scenario(runs: list[Run]) -> None:
             raise DataError(run.dir.results_file, None,
                             f"scenario {run.scenario.name}, but the baseline {runs[0].path} is of "
                             f"{base.name}: relative changes compare runs on one test set")
+
+
+def run_labels(runs: list[Run]) -> list[str]:
+    """Each run's label in the table, ``<method> (seed <seed>)``. Runs that would share one get
+    the overrides they were started with (`RunDir.overrides`) that differ among them, as typed
+    (``erm (seed 0) optimizer.lr=0.005``); runs that still share one (started with the same
+    overrides, or recorded none) get their directory."""
+    labels = [f"{run.method} (seed {run.seed})" for run in runs]
+    for label, n in Counter(labels).items():
+        if n < 2:
+            continue
+        same = [i for i, other in enumerate(labels) if other == label]
+        overrides = [runs[i].dir.overrides() or [] for i in same]
+        keys = varying(overrides)
+        for i, started in zip(same, overrides):
+            labels[i] = " ".join(filter(None, [label, shown_overrides(started, keys) if keys else ""]))
+    shared = Counter(labels)
+    return [f"{label} {run.path}" if shared[label] > 1 else label for label, run in zip(labels, runs)]
 
 
 #: what the table reads from a results.json: what every report reads, and each `COMPARE` test metric
@@ -80,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     check_results(found, COMPARED_KEYS)
     check_one_scenario(found)
     runs = [r.results for r in found]
-    labels = [f"{r['method']} (seed {r['seed']})" for r in runs]
+    labels = run_labels(found)
     first = runs[0]
     print(f"{first['dataset']}, drift {first['drift']['kind']}; test metrics in %, "
           f"(relative change to {labels[0]}), drop = valid - test COMBINED in points")
