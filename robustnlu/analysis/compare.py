@@ -6,7 +6,8 @@ A directory is a run directory (it holds ``results.json``) or a sweep directory 
 sub-directories are runs (a Hydra multirun's jobs, ``<sweep>/<scenario>-<method>-seed<seed>-<job hash>/``),
 taken in the order of the sweep's job list (`robustnlu.rundir.sweep_runs`). A run is labelled by
 its method and seed; runs that share those are told apart by the overrides they were started
-with that differ among them (`run_labels`).
+with that differ among them (`run_labels`). A relative change from a baseline value of 0 is not
+defined: its cell says so ("n/a: from 0").
 A results.json that lacks what the table shows (`robustnlu.analysis.runs.results_problem`), or
 a run of another scenario than the first run's (a relative change compares scores on one test
 set): one ``error:`` line naming it, exit status 2.
@@ -15,6 +16,7 @@ set): one ``error:`` line naming it, exit status 2.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections import Counter
 from pathlib import Path
@@ -25,6 +27,7 @@ from robustnlu.errors import CommandLineParser, DataError, entry_point
 from robustnlu.metrics.registry import COMPARE, METRICS, drop, relative_change
 from robustnlu.rundir import RunDir, sweep_runs
 from robustnlu.sweep_jobs import shown_overrides, varying
+from robustnlu.tables import fmt
 
 
 def run_dirs(paths: list[Path]) -> list[RunDir]:
@@ -66,11 +69,21 @@ def run_labels(runs: list[Run]) -> list[str]:
     return [f"{label} {run.path}" if shared[label] > 1 else label for label, run in zip(labels, runs)]
 
 
+def change_text(value: float, baseline: float) -> str:
+    """The relative change of ``value`` to ``baseline`` as the table shows it (`relative_change`,
+    signed, with `robustnlu.tables.fmt`): ``+3.33%``; ``n/a: from 0`` from a baseline of 0, ``n/a``
+    where either is NaN."""
+    change = relative_change(value, baseline)
+    if math.isnan(change):
+        return "n/a: from 0" if baseline == 0 else "n/a"
+    return f"{fmt(change, sign=True)}%"
+
+
 #: what the table reads from a results.json: what every report reads, and each `COMPARE` test metric
 COMPARED_KEYS = (*RESULTS_KEYS, *((f"metrics.test.{key}", float) for key in COMPARE))
 
-#: width of a metric cell: "100.00 (+123.45%)" and a separating space
-CELL = 19
+#: width of a metric cell: "100.00 (+123.45%)" or "100.00 (n/a: from 0)", and a separating space
+CELL = 21
 
 
 def comparison_table(runs: list[dict[str, Any]], labels: list[str]) -> str:
@@ -86,7 +99,7 @@ def comparison_table(runs: list[dict[str, Any]], labels: list[str]) -> str:
         for key in COMPARE:
             cell = f"{100 * test[key]:.2f}"
             if results is not runs[0]:
-                cell += f" ({relative_change(test[key], base[key]):+.2f}%)"
+                cell += f" ({change_text(test[key], base[key])})"
             cells.append(f"{cell:>{CELL}}")
         lines.append(f"{label:<{width}}" + "".join(cells) + f"{100 * drop(valid, test):>+10.2f}")
     return "\n".join(lines)

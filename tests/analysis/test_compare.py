@@ -11,9 +11,9 @@ from robustnlu.analysis.compare import main
 from robustnlu.metrics.registry import relative_change
 
 
-def write_run(folder, method, combined_test, combined_valid=0.9, dataset="snips", overrides=None):
+def write_run(folder, method, combined_test, combined_valid=0.9, dataset="snips", overrides=None, slot_f1=0.8):
     """A finished run's results.json; ``overrides``: the task overrides Hydra records in .hydra/."""
-    metrics = {"combined": combined_test, "intent_acc": 0.9, "slot_f1": 0.8, "semer": 0.1, "frame_acc": 0.7}
+    metrics = {"combined": combined_test, "intent_acc": 0.9, "slot_f1": slot_f1, "semer": 0.1, "frame_acc": 0.7}
     folder.mkdir(parents=True)
     if overrides is not None:
         (folder / ".hydra").mkdir()
@@ -65,6 +65,15 @@ def test_runs_with_the_same_overrides_are_told_apart_by_their_directory(tmp_path
     assert main([str(tmp_path / "first" / "run"), str(tmp_path / "again" / "run")]) == 0
     labels = [row.split("  ")[0] for row in rows(capsys)]
     assert labels == [f"erm (seed 0) {tmp_path / 'first' / 'run'}", f"erm (seed 0) {tmp_path / 'again' / 'run'}"]
+
+
+def test_a_change_from_a_baseline_of_0_says_it_is_not_defined(tmp_path, capsys):
+    """ERM's slot F1 is 0: TopK's relative change to it is no number, and the cell says why."""
+    write_run(tmp_path / "erm", "erm", 0.80, slot_f1=0.0)
+    write_run(tmp_path / "topk", "topk", 0.88, slot_f1=0.0027)
+    assert main([str(tmp_path / "erm"), str(tmp_path / "topk")]) == 0
+    topk = rows(capsys)[1]
+    assert "0.27 (n/a: from 0)" in topk and "88.00 (+10.00%)" in topk and "nan" not in topk
 
 
 def test_runs_of_another_scenario_than_the_baseline_are_refused(tmp_path, capsys):
