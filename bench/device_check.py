@@ -543,6 +543,12 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def number(value: float | None, spec: str) -> str:
+    """A measured figure formatted with ``spec`` (``".2f"``); "–" where it was not measured (this
+    table and the README's, `bench.gpu_readme`)."""
+    return "–" if value is None else format(value, spec)
+
+
 def format_table(results: dict[str, Any]) -> str:
     s = results["summary"]
     lines = [f"robustnlu device check ({results['mode']}): {s['device']}, torch {s['torch']}, "
@@ -550,20 +556,17 @@ def format_table(results: dict[str, Any]) -> str:
              f"{'config':16s} {'ours ex/s':>10s} {'MFU':>6s} {'peak GiB':>8s} {'bf16/fp32':>9s} {'PL/plain':>8s} "
              f"{'/recipe':>7s}"]
 
-    def f(x: float | None, fmt: str) -> str:
-        return "-" if x is None else format(x, fmt)
-
     for name, t in s["throughput"].items():
         memory = t["peak_memory_bytes"] / 2**30 if t["peak_memory_bytes"] else None
-        lines.append(f"{name:16s} {f(t['ours_examples_per_s'], '10.1f')} {f(t['mfu'], '6.3f')} {f(memory, '8.2f')} "
-                     f"{f(t['bf16_vs_fp32_lightning'], '9.2f')} {f(t['lightning_vs_plain'], '8.2f')} "
-                     f"{f(t['ours_vs_jointbert_recipe'], '7.2f')}")
+        lines.append(f"{name:16s} {number(t['ours_examples_per_s'], '10.1f')} {number(t['mfu'], '6.3f')} "
+                     f"{number(memory, '8.2f')} {number(t['bf16_vs_fp32_lightning'], '9.2f')} "
+                     f"{number(t['lightning_vs_plain'], '8.2f')} {number(t['ours_vs_jointbert_recipe'], '7.2f')}")
     missed = [f"{name} {goal}" for name, t in s["throughput"].items() for goal, met in t["goals_met"].items() if met is False]
     lines.append(f"goals: Lightning/plain >= {GOALS['lightning_vs_plain']}, ours/recipe >= "
                  f"{GOALS['ours_vs_jointbert_recipe']}: " + (f"missed by {', '.join(missed)}" if missed else "met"))
     if s["packing"]:
         lines.append("packing: " + ", ".join(f"K={k[1:]} {v['aggregate_examples_per_s']:.0f} ex/s "
-                                             f"(x{f(v['speedup_vs_k1'], '.2f')})" for k, v in s["packing"].items()))
+                                             f"(x{number(v['speedup_vs_k1'], '.2f')})" for k, v in s["packing"].items()))
     if s["cli_epoch_s"]:
         lines.append("CLI run, s per epoch: " + ", ".join(f"{x:.1f}" for x in s["cli_epoch_s"]))
     grid = s.get("grid")

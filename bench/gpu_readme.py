@@ -18,13 +18,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.device_check import number
+
 GIB = 2**30
 #: the device check's architectures (`bench.device_check.ARCHS`, the CPU plan's ``tiny``) as the README names them
 LABELS = {"minilm": "MiniLM", "bert_base": "BERT-base", "tiny": "tiny"}
-
-
-def number(value: float | None, spec: str) -> str:
-    return "–" if value is None else format(value, spec)
 
 
 def throughput_rows(results: dict[str, Any]) -> list[str]:

@@ -24,6 +24,7 @@ usage errors (an unknown option, a missing argument) through `robustnlu.errors.C
 
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import platform
@@ -39,7 +40,7 @@ from typing import Any, TypeVar
 import hydra
 import yaml
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import CompactHydraException, InstantiationException
+from hydra.errors import CompactHydraException, ConfigCompositionException, HydraException, InstantiationException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationResolutionError
@@ -50,6 +51,7 @@ from robustnlu.io import atomic_write_json, atomic_write_text
 from robustnlu.paths import CONF_DIR, check_search_path
 from robustnlu.rundir import RunDir, status_record
 from robustnlu.rundir_claim import claim, secondary_process, undo, unclaim
+from robustnlu.sweep_jobs import parse_overrides
 
 T = TypeVar("T")
 
@@ -194,10 +196,11 @@ def program() -> str:
     return f"python -m {spec.name.removesuffix('.__main__')}" if spec is not None else Path(sys.argv[0]).name
 
 
-def check_hydra_flags(prog: str) -> None:
+def check_hydra_flags(prog: str) -> argparse.Namespace:
     """Hydra's own flags (``--cfg``, ``--info``, ``-m``, ...) read as Hydra's parser reads them,
     its usage errors as one line (`CommandLineParser`), before Hydra does: argparse would print
-    its usage first, and two modes at once (``-m --cfg job``) would end in a ValueError's traceback."""
+    its usage first, and two modes at once (``-m --cfg job``) would end in a ValueError's traceback.
+    Returns the command line as Hydra's parser reads it (``overrides``, the flags)."""
     from hydra._internal.utils import get_args_parser
 
     args = CommandLineParser(prog=prog, add_help=False, parents=[get_args_parser()]).parse_args()
@@ -207,6 +210,32 @@ def check_hydra_flags(prog: str) -> None:
     if len(modes) > 1:
         exit_with_error(f"{prog}: only one of --run, --multirun, --cfg, --info and --shell-completion can be given "
                         f"(got {' '.join(modes)}; see {prog} --help)")
+    return args
+
+
+def unknown_key(err: BaseException, overrides: list[str], config_name: str) -> ConfigError | None:
+    """Hydra's "Could not override 'K'" (``K=value`` for a key the config does not have: Hydra
+    suggests ``+K=value``) read by the schema: the config composed with ``+K=value`` in its place
+    (a sweep: its first job, the one Hydra composed first) is checked (`compose_run_config`), and
+    the schema's line returned, ``method.kk: unknown key (method has _target_, k, name; the closest:
+    k) (got 3)``. None where the schema allows K (Hydra's hint is right then: an optional key, a
+    Trainer argument) or the config does not compose so."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    hint = re.search(r"^To append to your config use \+(.+)$", str(err), re.MULTILINE)
+    if not isinstance(err, ConfigCompositionException) or hint is None:
+        return None
+    try:
+        (added,) = parse_overrides([hint.group(1)])
+        job = BasicSweeper.split_arguments(parse_overrides(overrides), None)[0][0]
+    except (ValueError, HydraException):  # a sweep the basic sweeper cannot expand (an Optuna interval)
+        return None
+    job = [o for o in job if parse_overrides([o])[0].key_or_group != added.key_or_group]
+    try:
+        compose_run_config([*job, f"+{added.input_line}"], config_name)
+    except ConfigError as found:
+        return None if isinstance(found.__cause__, COMPOSE_ERRORS) else found
+    return None
 
 
 def hydra_app(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Callable[[], None]]:
@@ -222,7 +251,7 @@ def hydra_app(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Calla
 
         @functools.wraps(task)
         def main() -> None:
-            check_hydra_flags(program())
+            args = check_hydra_flags(program())
             os.environ["HYDRA_FULL_ERROR"] = "1"
             warnings.filterwarnings("ignore", SEARCH_PATH_WARNING)
             try:
@@ -231,7 +260,8 @@ def hydra_app(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Calla
                 print(err, file=sys.stderr, flush=True)
                 sys.exit(1)
             except COMPOSE_ERRORS as err:
-                sys.exit(report(ConfigError(hydra_message(err))))
+                sys.exit(report(unknown_key(err, args.overrides, args.config_name or config_name)
+                                or ConfigError(hydra_message(err))))
             except InterpolationResolutionError as err:  # a resolver's user error (the search space a method declares)
                 cause = err.__context__
                 while cause is not None and not isinstance(cause, RobustNLUError):
@@ -245,17 +275,22 @@ def hydra_app(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Calla
     return decorate
 
 
-def compose_run_config(overrides: list[str]) -> DictConfig:
-    """The training config ``python -m robustnlu <overrides>`` would run, with its ``hydra``
-    node (sweep dir, sweeper settings), checked against the schema: for drivers that launch
-    multiruns (robustnlu.hpo, robustnlu.efficiency) and must know where they will write."""
+def compose_run_config(overrides: list[str], config_name: str = "config") -> DictConfig:
+    """The training config ``python -m robustnlu <overrides>`` would run (another app's:
+    ``config_name``), with its ``hydra`` node (sweep dir, sweeper settings), checked against the
+    schema: for drivers that launch multiruns (robustnlu.hpo, robustnlu.efficiency) and must know
+    where they will write. A key without its + that the schema does not know either is named as
+    the schema names it (`unknown_key`)."""
     from hydra import compose, initialize_config_dir
 
     warnings.filterwarnings("ignore", SEARCH_PATH_WARNING)
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+            cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
     except COMPOSE_ERRORS as err:
+        found = unknown_key(err, overrides, config_name)
+        if found is not None:
+            raise found from None
         raise ConfigError(hydra_message(err)) from err
     with open_dict(cfg):  # what the multirun's jobs will see as ${hydra:runtime.output_dir}
         cfg.hydra.runtime.output_dir = cfg.hydra.sweep.dir
@@ -263,8 +298,8 @@ def compose_run_config(overrides: list[str]) -> DictConfig:
     previous, hydra_config.cfg = hydra_config.cfg, None
     try:
         hydra_config.set_config(cfg)  # resolves ${hydra:...} as in a job
-        check_search_path(list(cfg.hydra.searchpath), "config", cfg.hydra.runtime.choices)
-        check_config(cfg, "config")
+        check_search_path(list(cfg.hydra.searchpath), config_name, cfg.hydra.runtime.choices)
+        check_config(cfg, config_name)
     finally:
         hydra_config.cfg = previous
     return cfg

@@ -11,6 +11,7 @@ robustnlu but the errors."""
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import math
 import re
@@ -256,7 +257,9 @@ class Node(Spec):
         for name in unknown:
             if extra != "*" and name not in extra:
                 known = ", ".join(sorted(self.keys))
-                raise bad(f"{prefix}{name}", f"unknown key ({key or 'the config'} has {known})", value[name])
+                close = difflib.get_close_matches(str(name), list(self.keys), n=3)
+                closest = f"; the closest: {', '.join(close)}" if close else ""
+                raise bad(f"{prefix}{name}", f"unknown key ({key or 'the config'} has {known}{closest})", value[name])
         for name, spec in self.keys.items():
             if value.get(name) is MISSING:
                 raise bad(f"{prefix}{name}", "must be set", MISSING)

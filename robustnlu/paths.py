@@ -16,7 +16,8 @@ folder when the recorded one is gone (a run brought from another installation or
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +50,13 @@ PROJECT_DIR = REPO_ROOT if CONF_DIR == REPO_ROOT / "conf" else Path()
 
 
 def register_resolver() -> None:
-    """``${shipped_data_dir:}``, the default of ``paths.data_dir`` (idempotent)."""
+    """``${shipped_data_dir:}``, the default of ``paths.data_dir``, and
+    ``${added_options:${hydra.searchpath}}``, the apps' --help on the user's config folders
+    (`added_options_help`) (idempotent)."""
     if not OmegaConf.has_resolver("shipped_data_dir"):
         OmegaConf.register_new_resolver("shipped_data_dir", lambda: str(DATA_DIR))
+    if not OmegaConf.has_resolver("added_options"):
+        OmegaConf.register_new_resolver("added_options", added_options_help)
 
 
 def data_dir(cfg: Any) -> Path:
@@ -88,6 +93,44 @@ def check_search_path(searchpath: list[str], config_name: str, choices: Mapping[
             if theirs.is_file() and ours.is_file() and theirs.read_bytes() != ours.read_bytes():
                 raise ConfigError(f"hydra.searchpath: {theirs} is not read: robustnlu's own {name} has its name "
                                   "and is read instead; give yours a name of its own")
+
+
+def added_options(searchpath: Sequence[str]) -> dict[str, list[str]]:
+    """The config options the user's config folders (``hydra.searchpath``, read as Hydra reads
+    them: ``file://``, ``pkg://``) add, by group (``method``, ``hydra/launcher``), sorted: their
+    option files but those with the name of one robustnlu ships (passed over, `check_search_path`).
+    A folder that is not there adds none."""
+    from hydra._internal.config_repository import ConfigRepository
+    from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
+    from hydra.core.object_type import ObjectType
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # registers Hydra's config sources (file://, pkg://)
+    search_path = ConfigSearchPathImpl()
+    for entry in searchpath:
+        search_path.append("hydra.searchpath", str(entry))
+    repository = ConfigRepository(config_search_path=search_path)
+    added: dict[str, list[str]] = {}
+    groups = list(repository.get_group_options("", ObjectType.GROUP))
+    while groups:
+        group = groups.pop()
+        groups += [f"{group}/{sub}" for sub in repository.get_group_options(group, ObjectType.GROUP)]
+        options = [o for o in repository.get_group_options(group, ObjectType.CONFIG)
+                   if not (CONF_DIR / group / f"{o}.yaml").is_file()]
+        if options:
+            added[group] = sorted(options)
+    return dict(sorted(added.items()))
+
+
+def added_options_help(searchpath: Sequence[str]) -> str:
+    """``${added_options:${hydra.searchpath}}`` in the apps' --help (conf/hydra/help/): the
+    `added_options` as rows below the shipped groups' table, in its columns; "" where the user's
+    folders add none. Hydra fills the help with string.Template afterwards: a dollar sign doubled."""
+    rows = [textwrap.fill(", ".join(options), width=100, initial_indent=f"  {group:<28}", subsequent_indent=" " * 30)
+            for group, options in added_options(list(searchpath or [])).items()]
+    if not rows:
+        return ""
+    return "\n\nAdded by your config folders (hydra.searchpath):\n" + "\n".join(rows).replace("$", "$$")
 
 
 #: the keys of a dataset config that hold paths (jsonl: the split files; mit: ``corpora``)
@@ -135,5 +178,5 @@ def relocate_data(config: dict[str, Any], data_dir_now: Path) -> dict[str, Any]:
                               lambda p: now + p[len(before):] if p == before or p.startswith(before + "/") else p)
 
 
-__all__ = ["CONF_DIR", "DATA_DIR", "PACKAGE_DIR", "PROJECT_DIR", "REPO_ROOT", "SHIPPED", "check_search_path", "data_dir",
+__all__ = ["CONF_DIR", "DATA_DIR", "PACKAGE_DIR", "PROJECT_DIR", "REPO_ROOT", "SHIPPED", "added_options", "check_search_path", "data_dir",
            "register_resolver", "relocate_data", "shipped", "shipped_config", "upgrade_run_config"]

@@ -35,34 +35,17 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from robustnlu.errors import CommandLineParser, ConfigError, entry_point
 from robustnlu.io import atomic_write_json
-from robustnlu.sweep_jobs import Sweep, job_hash, override_key, parse_overrides, read_sweep, under
+from robustnlu.sweep_jobs import Sweep, job_hash, parse_overrides, read_sweep, shown_overrides, under, varying
 from robustnlu.sweep_state import STATES, TRAINING_CONFIG, Job, sweep_status, sweeps_in
 
 #: what relaunch runs again
 UNFINISHED = ("failed", "interrupted", "missing")
 #: the folder of the job lists that relaunch writes
 RELAUNCH_DIR = ".relaunch"
-
-
-def varying(jobs: Sequence[Job]) -> set[str]:
-    """The keys whose overrides are not the same in every job of ``jobs`` (what tells them apart)."""
-    seen: dict[str, set[str]] = {}
-    for job in jobs:
-        lines = {override_key(o): o.input_line for o in parse_overrides(job.overrides)}
-        for key in set(seen) | set(lines):
-            seen.setdefault(key, set()).add(lines.get(key, ""))
-    return {key for key, values in seen.items() if len(values) > 1}
-
-
-def shown_overrides(job: Job, keys: set[str]) -> str:
-    """The overrides of ``job`` among ``keys`` (all of them if ``keys`` is empty), as typed."""
-    parsed = parse_overrides(job.overrides)
-    return " ".join(o.input_line for o in parsed if not keys or override_key(o) in keys)
 
 
 def one_line(text: str) -> str:
@@ -84,12 +67,12 @@ def print_status(path: Path, sweep: Sweep | None, jobs: list[Job]) -> None:
     counted = listed if sweep is not None and sweep.product else jobs  # without a job list: what the folders hold
     counts = {state: sum(j.state == state for j in counted) for state in STATES}
     print(f"{path}: {len(counted)} jobs ({source}): " + ", ".join(f"{n} {s}" for s, n in counts.items()))
-    keys = varying(listed) if len(listed) > 1 else set()
+    keys = varying([j.overrides for j in listed]) if len(listed) > 1 else set()
     width = max([len(j.folder.name) for j in jobs if j.folder is not None] + [1])
 
     def show(job: Job, keys: set[str]) -> None:
         folder = job.folder.name if job.folder is not None else "-"
-        print(f"  {job.state:<12} {folder:<{width}}  {shown_overrides(job, keys)}".rstrip())
+        print(f"  {job.state:<12} {folder:<{width}}  {shown_overrides(job.overrides, keys)}".rstrip())
         if job.error:
             print(f"  {'':<12} error: {one_line(job.error).removeprefix('error: ')}")
         if job.note:
@@ -158,11 +141,11 @@ def relaunch(path: Path, dry_run: bool) -> int:
             seen.add(key)
             todo.append(job)
     running = [j for j in listed if j.state == "running"]
-    keys = varying(listed) if len(listed) > 1 else set()
+    keys = varying([j.overrides for j in listed]) if len(listed) > 1 else set()
     print(f"{path}: {len(listed)} jobs, {sum(j.state == 'finished' for j in listed)} finished, "
           f"{len(running)} running (left alone), {len(todo)} to run again")
     for job in todo:
-        print(f"  {job.state:<12} {shown_overrides(job, keys)}")
+        print(f"  {job.state:<12} {shown_overrides(job.overrides, keys)}")
     if not todo:
         print("nothing to relaunch")
         return 0

@@ -79,6 +79,19 @@ def parse_overrides(overrides: Iterable[str], config_loader: Any = None) -> list
         raise ValueError(f"cannot parse the overrides {lines}: {err}") from None
 
 
+def varying(jobs: Iterable[Sequence[str]]) -> set[str]:
+    """The keys (`override_key`) whose overrides are not the same in every one of ``jobs``, each
+    a job's task overrides (set in some, not in others; set to other values): what tells the jobs
+    apart."""
+    lines = [{override_key(o): o.input_line for o in parse_overrides(overrides)} for overrides in jobs]
+    return {key for key in set().union(*lines) if len({job.get(key) for job in lines}) > 1}
+
+
+def shown_overrides(overrides: Sequence[str], keys: set[str]) -> str:
+    """Those of ``overrides`` that set one of ``keys`` (all of them if ``keys`` is empty), as typed."""
+    return " ".join(o.input_line for o in parse_overrides(overrides) if not keys or override_key(o) in keys)
+
+
 def job_identity(overrides: Iterable[str]) -> list[str]:
     """The normalized overrides that identify a job (see the module docstring): ``key=<value as
     JSON>`` (``~key`` for a deletion), sorted, `NEUTRAL_SETTINGS` left out; of two overrides of

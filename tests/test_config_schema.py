@@ -41,10 +41,15 @@ BAD_VALUES = {
     "k beyond the batch": (["method=topk", "method.k=100000"],
                            "error: method.k: must be < data.batch_size (16): with k >= the batch, top-k keeps every "
                            "loss and selects nothing (got 100000)"),
-    # Hydra's own errors (the config cannot be composed) end the same way, on one line
-    "key without +": (["trainer.foo=1"],
-                      "error: Could not override 'trainer.foo'; To append to your config use +trainer.foo=1; "
-                      "Key 'foo' is not in struct"),
+    # a key the config does not have, without its +: the schema's line where the schema does not know
+    # it either (Hydra's hint, +method.kk=3, would only lead to it), with the keys closest to it
+    "mistyped key": (["method=topk", "method.kk=3"],
+                     "error: method.kk: unknown key (method has _target_, k, name; the closest: k) (got 3)"),
+    # Hydra's own errors (the config cannot be composed) end the same way, on one line; its hint is
+    # right for a key the schema allows (a Trainer argument) that the config does not have
+    "key without +": (["trainer.limit_train_batches=3"],
+                      "error: Could not override 'trainer.limit_train_batches'; To append to your config use "
+                      "+trainer.limit_train_batches=3; Key 'limit_train_batches' is not in struct"),
     "no such option": (["optimizer=sgd"],
                        "error: In 'config': Could not find 'optimizer/sgd'; Available options in 'optimizer': "
                        "adamw, conatural"),
@@ -126,6 +131,13 @@ def test_each_kind_of_bad_value_is_named_with_its_key(case):
     assert str(err.value) == expected
 
 
+def test_a_mistyped_key_in_a_multirun_is_the_schemas_line(tmp_path):
+    """~5 s: the key is read in the sweep's first job (method=erm), the one Hydra composes first."""
+    proc = run_cli(["-m", *FAST, "method=erm,topk", "method.k=3", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert error_lines(proc.stderr) == ["error: method.k: unknown key (method has _target_, name) (got 3)"]
+
+
 def test_a_bad_value_in_a_multirun_fails_its_job_only(tmp_path):
     """~15 s: two jobs, the first with a negative learning rate; the second trains."""
     data = write_snips_sample_jsonl(tmp_path / "data", n_train=48, n_eval=16)
@@ -148,6 +160,8 @@ OTHER_ENTRY_POINTS = {
     "seqdrift": ("robustnlu.seqdrift", ["drift.n_clusters=1"], "error: drift.n_clusters: must be >= 2 (got 1)"),
     "seqdrift unknown key": ("robustnlu.seqdrift", ["+drift.clusterz=auto"],
                              "error: drift.clusterz: unknown key"),
+    "seqdrift key without +": ("robustnlu.seqdrift", ["drift.n_cluster=3"],
+                               "error: drift.n_cluster: unknown key (drift has affinity, clusters, kind, "),
     "noise": ("robustnlu.noise", ["noise.rate=1.5", "out_dir=noisy"], "error: noise.rate: must be in [0, 1] (got 1.5)"),
     "noise out_dir": ("robustnlu.noise", [], "error: out_dir: must be set (got ???)"),
     "evaluate": ("robustnlu.evaluate", ["ckpt=x.ckpt", "batch_size=0"], "error: batch_size: must be >= 1 (got 0)"),
@@ -185,7 +199,9 @@ def test_every_entry_point_reports_a_user_error_on_one_line_with_exit_2(tmp_path
 def test_the_drivers_check_the_config_before_launching_anything():
     with pytest.raises(ConfigError, match=r"^optimizer\.lr: must be > 0 \(got 0\)$"):
         compose_run_config(["optimizer.lr=0"])
-    with pytest.raises(ConfigError, match=r"^Could not override 'trainer\.foo'"):
+    with pytest.raises(ConfigError, match=r"^Could not override 'trainer\.limit_train_batches'"):
+        compose_run_config(["trainer.limit_train_batches=1"])
+    with pytest.raises(ConfigError, match=r"^trainer\.foo: unknown key \(trainer has "):
         compose_run_config(["trainer.foo=1"])
 
 

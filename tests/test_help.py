@@ -281,3 +281,21 @@ def test_where_to_read_more_exists(module):
         spec = importlib.util.find_spec(name)
         assert spec is not None and (spec.submodule_search_locations is None
                                      or importlib.util.find_spec(f"{name}.__main__") is not None), name
+
+
+def test_help_lists_the_options_the_users_config_folders_add(tmp_path):
+    """~5 s: a method and a group source of the user's (hydra.searchpath, as README's recipe adds a
+    method), listed below the shipped groups; a file named as a shipped one adds nothing (Hydra reads
+    robustnlu's), a folder that is not there neither; without a search path the help is as before."""
+    (tmp_path / "mine" / "method").mkdir(parents=True)
+    (tmp_path / "mine" / "method" / "batch_cvar.yaml").write_text("_target_: mine.BatchCVaR\nname: batch_cvar\n")
+    (tmp_path / "mine" / "method" / "topk.yaml").write_text((CONF / "method" / "topk.yaml").read_text())
+    (tmp_path / "mine" / "groups" / "sub").mkdir(parents=True)
+    (tmp_path / "mine" / "groups" / "sub" / "by_length.yaml").write_text("_target_: mine.ByLength\n")
+    proc = run_cli([f"hydra.searchpath=[file://{tmp_path}/mine,file://{tmp_path}/nowhere]", "--help"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    start = lines.index("Added by your config folders (hydra.searchpath):")
+    assert lines[start - 2].startswith("  hydra/launcher=basic ")  # below the shipped groups' table
+    assert lines[start + 1:start + 4] == [f"  {'groups/sub':<28}by_length", f"  {'method':<28}batch_cvar", ""]
+    assert "Added by your config folders" not in help_text(TRAINING)

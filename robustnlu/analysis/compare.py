@@ -4,7 +4,10 @@ the core paper's result tables report it (Tables 11-14: "%" columns = relative c
 
 A directory is a run directory (it holds ``results.json``) or a sweep directory whose
 sub-directories are runs (a Hydra multirun's jobs, ``<sweep>/<scenario>-<method>-seed<seed>-<job hash>/``),
-taken in the order of the sweep's job list (`robustnlu.rundir.sweep_runs`).
+taken in the order of the sweep's job list (`robustnlu.rundir.sweep_runs`). A run is labelled by
+its method and seed; runs that share those are told apart by the overrides they were started
+with that differ among them (`run_labels`). A relative change from a baseline value of 0 is not
+defined: its cell says so ("n/a: from 0").
 A results.json that lacks what the table shows (`robustnlu.analysis.runs.results_problem`), or
 a run of another scenario than the first run's (a relative change compares scores on one test
 set): one ``error:`` line naming it, exit status 2.
@@ -13,7 +16,9 @@ set): one ``error:`` line naming it, exit status 2.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +26,8 @@ from robustnlu.analysis.runs import RESULTS_KEYS, Run, check_results
 from robustnlu.errors import CommandLineParser, DataError, entry_point
 from robustnlu.metrics.registry import COMPARE, METRICS, drop, relative_change
 from robustnlu.rundir import RunDir, sweep_runs
+from robustnlu.sweep_jobs import shown_overrides, varying
+from robustnlu.tables import fmt
 
 
 def run_dirs(paths: list[Path]) -> list[RunDir]:
@@ -44,11 +51,39 @@ def check_one_scenario(runs: list[Run]) -> None:
                             f"{base.name}: relative changes compare runs on one test set")
 
 
+def run_labels(runs: list[Run]) -> list[str]:
+    """Each run's label in the table, ``<method> (seed <seed>)``. Runs that would share one get
+    the overrides they were started with (`RunDir.overrides`) that differ among them, as typed
+    (``erm (seed 0) optimizer.lr=0.005``); runs that still share one (started with the same
+    overrides, or recorded none) get their directory."""
+    labels = [f"{run.method} (seed {run.seed})" for run in runs]
+    for label, n in Counter(labels).items():
+        if n < 2:
+            continue
+        same = [i for i, other in enumerate(labels) if other == label]
+        overrides = [runs[i].dir.overrides() or [] for i in same]
+        keys = varying(overrides)
+        for i, started in zip(same, overrides):
+            labels[i] = " ".join(filter(None, [label, shown_overrides(started, keys) if keys else ""]))
+    shared = Counter(labels)
+    return [f"{label} {run.path}" if shared[label] > 1 else label for label, run in zip(labels, runs)]
+
+
+def change_text(value: float, baseline: float) -> str:
+    """The relative change of ``value`` to ``baseline`` as the table shows it (`relative_change`,
+    signed, with `robustnlu.tables.fmt`): ``+3.33%``; ``n/a: from 0`` from a baseline of 0, ``n/a``
+    where either is NaN."""
+    change = relative_change(value, baseline)
+    if math.isnan(change):
+        return "n/a: from 0" if baseline == 0 else "n/a"
+    return f"{fmt(change, sign=True)}%"
+
+
 #: what the table reads from a results.json: what every report reads, and each `COMPARE` test metric
 COMPARED_KEYS = (*RESULTS_KEYS, *((f"metrics.test.{key}", float) for key in COMPARE))
 
-#: width of a metric cell: "100.00 (+123.45%)" and a separating space
-CELL = 19
+#: width of a metric cell: "100.00 (+123.45%)" or "100.00 (n/a: from 0)", and a separating space
+CELL = 21
 
 
 def comparison_table(runs: list[dict[str, Any]], labels: list[str]) -> str:
@@ -64,7 +99,7 @@ def comparison_table(runs: list[dict[str, Any]], labels: list[str]) -> str:
         for key in COMPARE:
             cell = f"{100 * test[key]:.2f}"
             if results is not runs[0]:
-                cell += f" ({relative_change(test[key], base[key]):+.2f}%)"
+                cell += f" ({change_text(test[key], base[key])})"
             cells.append(f"{cell:>{CELL}}")
         lines.append(f"{label:<{width}}" + "".join(cells) + f"{100 * drop(valid, test):>+10.2f}")
     return "\n".join(lines)
@@ -80,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     check_results(found, COMPARED_KEYS)
     check_one_scenario(found)
     runs = [r.results for r in found]
-    labels = [f"{r['method']} (seed {r['seed']})" for r in runs]
+    labels = run_labels(found)
     first = runs[0]
     print(f"{first['dataset']}, drift {first['drift']['kind']}; test metrics in %, "
           f"(relative change to {labels[0]}), drop = valid - test COMBINED in points")

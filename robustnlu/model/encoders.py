@@ -18,7 +18,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, BertConfig, PreTr
 from transformers import PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
-from robustnlu.errors import ConfigError
+from robustnlu.errors import ConfigError, first_line
 
 hf_logging.disable_progress_bar()
 
@@ -48,14 +48,40 @@ def _name_or_path(cfg: Mapping[str, Any]) -> str:
     return embedded_model_path()  # embedded, and tiny (which borrows its vocabulary)
 
 
+def hub_options(name: str) -> dict[str, Any]:
+    """from_pretrained's options for the Hub model ``name``: none (the Hub, then the local cache, as
+    it reads them) where the Hub answers, or with ``HF_HUB_OFFLINE=1``. Where the Hub cannot be
+    reached (one request, without retries): ``local_files_only`` for a model in the local cache
+    (from_pretrained would retry the Hub for a minute or more before reading it), and a
+    `ConfigError` at once for one that is not (after as many retries, one line too)."""
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url, try_to_load_from_cache
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if constants.HF_HUB_OFFLINE:
+        return {}
+    try:
+        get_hf_file_metadata(hf_hub_url(name, "config.json"))
+        return {}
+    except (HfHubHTTPError, ValueError):  # the Hub answered (no such model, gated), or no Hub name: from_pretrained's words
+        return {}
+    except Exception as err:  # no answer (no network, no name server, refused, timed out): the HTTP client's own errors
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return {"local_files_only": True}
+        raise ConfigError(f"encoder.name: not in the local Hugging Face cache ({constants.HF_HUB_CACHE}), and the "
+                          f"Hub ({constants.ENDPOINT}) cannot be reached to download it: {first_line(err)} "
+                          f"(got {name})") from err
+
+
 def _pretrained(loader: Any, cfg: Mapping[str, Any], **kwargs: Any) -> Any:
     """``loader.from_pretrained`` of the configured encoder; `ConfigError` naming ``encoder.name``
     where there is none: a path (absolute, or from ``.``) to no folder, a folder without a
-    model, a name neither in the Hub cache nor on a reachable Hub (transformers raises
-    OSError or ValueError for each)."""
+    model, a name neither in the Hub cache nor on a reachable Hub (`hub_options`; transformers
+    raises OSError or ValueError for the others)."""
     name = _name_or_path(cfg)
     if cfg["kind"] == "hf" and name.startswith(("/", ".", "~")) and not Path(name).expanduser().is_dir():
         raise ConfigError(f"encoder.name: no such folder (got {name})")
+    if cfg["kind"] == "hf" and not Path(name).expanduser().is_dir():
+        kwargs = {**hub_options(name), **kwargs}
     try:
         return loader.from_pretrained(name, **kwargs)
     except (OSError, ValueError) as err:

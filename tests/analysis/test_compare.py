@@ -5,14 +5,19 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from robustnlu.analysis.compare import main
 from robustnlu.metrics.registry import relative_change
 
 
-def write_run(folder, method, combined_test, combined_valid=0.9, dataset="snips"):
-    metrics = {"combined": combined_test, "intent_acc": 0.9, "slot_f1": 0.8, "semer": 0.1, "frame_acc": 0.7}
+def write_run(folder, method, combined_test, combined_valid=0.9, dataset="snips", overrides=None, slot_f1=0.8):
+    """A finished run's results.json; ``overrides``: the task overrides Hydra records in .hydra/."""
+    metrics = {"combined": combined_test, "intent_acc": 0.9, "slot_f1": slot_f1, "semer": 0.1, "frame_acc": 0.7}
     folder.mkdir(parents=True)
+    if overrides is not None:
+        (folder / ".hydra").mkdir()
+        (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
     (folder / "results.json").write_text(json.dumps({
         "dataset": dataset, "method": method, "seed": 0, "drift": {"kind": "slot_context", "partial": False, "validation": "iid"},
         "metrics": {"test": metrics, "valid": {**metrics, "combined": combined_valid}},
@@ -33,6 +38,42 @@ def test_sweep_directory_lists_jobs_in_order_with_relative_change(tmp_path, caps
     assert rows[0].startswith("erm") and rows[1].startswith("topk")
     assert "88.00 (+10.00%)" in rows[1] and "(+" not in rows[0]
     assert rows[1].rstrip().endswith("+2.00")  # drop: valid 90.00 - test 88.00
+
+
+def rows(capsys) -> list[str]:
+    """The table's rows below its two header lines."""
+    return capsys.readouterr().out.splitlines()[2:]
+
+
+def test_runs_of_one_method_and_seed_are_told_apart_by_the_overrides_that_differ(tmp_path, capsys):
+    """Two ERM runs of seed 0 that differ in the learning rate, and one in the batch size as well:
+    each label names what differs among the three; TopK's, unique already, stays as it was."""
+    common = ["+experiment=snips_slot_context", "method=erm", "encoder=tiny"]
+    write_run(tmp_path / "a", "erm", 0.80, overrides=[*common, "optimizer.lr=0.005"])
+    write_run(tmp_path / "b", "erm", 0.82, overrides=[*common, "optimizer.lr=0.0001"])
+    write_run(tmp_path / "c", "erm", 0.84, overrides=[*common, "optimizer.lr=0.0001", "data.batch_size=16"])
+    write_run(tmp_path / "d", "topk", 0.86, overrides=[*common[:1], "method=topk", "optimizer.lr=0.0001"])
+    assert main([str(tmp_path / name) for name in "abcd"]) == 0
+    labels = [row.split("  ")[0] for row in rows(capsys)]
+    assert labels == ["erm (seed 0) optimizer.lr=0.005", "erm (seed 0) optimizer.lr=0.0001",
+                      "erm (seed 0) optimizer.lr=0.0001 data.batch_size=16", "topk (seed 0)"]
+
+
+def test_runs_with_the_same_overrides_are_told_apart_by_their_directory(tmp_path, capsys):
+    write_run(tmp_path / "first" / "run", "erm", 0.80, overrides=["method=erm"])
+    write_run(tmp_path / "again" / "run", "erm", 0.82, overrides=["method=erm"])
+    assert main([str(tmp_path / "first" / "run"), str(tmp_path / "again" / "run")]) == 0
+    labels = [row.split("  ")[0] for row in rows(capsys)]
+    assert labels == [f"erm (seed 0) {tmp_path / 'first' / 'run'}", f"erm (seed 0) {tmp_path / 'again' / 'run'}"]
+
+
+def test_a_change_from_a_baseline_of_0_says_it_is_not_defined(tmp_path, capsys):
+    """ERM's slot F1 is 0: TopK's relative change to it is no number, and the cell says why."""
+    write_run(tmp_path / "erm", "erm", 0.80, slot_f1=0.0)
+    write_run(tmp_path / "topk", "topk", 0.88, slot_f1=0.0027)
+    assert main([str(tmp_path / "erm"), str(tmp_path / "topk")]) == 0
+    topk = rows(capsys)[1]
+    assert "0.27 (n/a: from 0)" in topk and "88.00 (+10.00%)" in topk and "nan" not in topk
 
 
 def test_runs_of_another_scenario_than_the_baseline_are_refused(tmp_path, capsys):
