@@ -2,7 +2,9 @@
 is chosen (conf/hparams_search/none.yaml): Hydra's basic sweeper, every combination of the swept
 values (``hydra.sweeper.params`` first, then the command line's), ``max_batch_size`` jobs at a
 time and ``multirun.yaml`` written into the sweep directory as Hydra writes it, except that a failed
-job does not stop the later batches (`launch_batches`)."""
+job does not stop the later batches, and that a sweep one of whose jobs' configs does not compose
+(an unknown key, a group option that does not exist) is refused before it writes anything: no sweep
+directory made, no ``multirun.yaml`` written or replaced (`launch_batches`)."""
 
 from __future__ import annotations
 
@@ -24,10 +26,13 @@ class ProductSweeper(BasicSweeper):
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         self.overrides = self.split_arguments(parser.parse_overrides([*self._parse_config(), *arguments]),
                                               self.max_batch_size)
-        sweep_dir = Path(self.config.hydra.sweep.dir)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         batches = []
         while not self.is_done():
             batches.append(self.get_job_batch())
-        return launch_batches(self, batches)
+        return launch_batches(self, batches, before=self.record)
+
+    def record(self) -> None:
+        """The sweep directory, made, and its ``multirun.yaml``."""
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
