@@ -56,6 +56,12 @@ def slurm_job() -> str | None:
     return os.environ.get("SLURM_JOB_ID")
 
 
+def this_process() -> dict[str, Any]:
+    """What names this process in a lock (and in an Optuna trial's record of the search that
+    launched it): its pid, host and Slurm job, judged by `stale`."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "slurm_job_id": slurm_job()}
+
+
 def stale(found: dict[str, Any], age_s: float) -> bool:
     """A lock of a dead process of this host or of an earlier instance of this Slurm job, or one
     that is unreadable after `UNREADABLE_S` (its holder was killed while writing it)."""
@@ -93,8 +99,7 @@ def check_not_running(path: Path) -> None:
 def acquire(path: Path) -> None:
     """Take ``<path>/run.lock`` for this process; `ConfigError` naming the holder if it is taken."""
     lock = Path(path) / LOCK_NAME
-    record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "slurm_job_id": slurm_job(),
-                         "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode()
+    record = json.dumps({**this_process(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode()
     for _ in range(100):
         try:
             fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
