@@ -6,7 +6,8 @@ that no longer runs (killed, OOM, a crashed node's requeued job on the same host
 with a message, and so is one of an earlier instance of this Slurm job (a requeued job starts
 anew, maybe on another node; Slurm runs one instance of a job at a time). A lock held by a live
 process, or by another host (whose processes cannot be seen from here), is refused with one line
-naming the holder. A file lock (``flock``) would free
+naming the holder; a command that reads a run (``python -m robustnlu.evaluate``) refuses one whose
+lock is so held (`check_not_running`), since what it would read is half-trained. A file lock (``flock``) would free
 itself when its holder dies, but it is unreliable on the network file systems of clusters, where
 run directories live.
 """
@@ -55,6 +56,12 @@ def slurm_job() -> str | None:
     return os.environ.get("SLURM_JOB_ID")
 
 
+def this_process() -> dict[str, Any]:
+    """What names this process in a lock (and in an Optuna trial's record of the search that
+    launched it): its pid, host and Slurm job, judged by `stale`."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "slurm_job_id": slurm_job()}
+
+
 def stale(found: dict[str, Any], age_s: float) -> bool:
     """A lock of a dead process of this host or of an earlier instance of this Slurm job, or one
     that is unreadable after `UNREADABLE_S` (its holder was killed while writing it)."""
@@ -65,11 +72,34 @@ def stale(found: dict[str, Any], age_s: float) -> bool:
     return found.get("host") == socket.gethostname() and not pid_alive(int(found["pid"]))
 
 
+def in_force(path: Path) -> dict[str, Any] | None:
+    """The content of ``<path>/run.lock`` (`parse`) where it keeps other processes out, as `acquire`
+    judges: held by another process that runs or cannot be seen from here (another host), or being
+    written; None where there is no lock, or it is this process's or a stale one (`stale`)."""
+    lock = Path(path) / LOCK_NAME
+    try:
+        text = lock.read_text(encoding="utf-8", errors="replace")
+        age_s = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    found = parse(text)
+    return None if mine(found) or stale(found, age_s) else found
+
+
+def check_not_running(path: Path) -> None:
+    """`ConfigError` naming ``path`` and the process that holds it where its lock is in force
+    (`in_force`): the run in it is still running."""
+    found = in_force(path)
+    if found is not None:
+        raise ConfigError(f"{path} is still running: process {found.get('pid', '?')} on {found.get('host', '?')} holds "
+                          f"it (since {found.get('since', '?')}, {Path(path) / LOCK_NAME}); wait for it to end, or if "
+                          "that process is gone, remove the lock file")
+
+
 def acquire(path: Path) -> None:
     """Take ``<path>/run.lock`` for this process; `ConfigError` naming the holder if it is taken."""
     lock = Path(path) / LOCK_NAME
-    record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "slurm_job_id": slurm_job(),
-                         "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode()
+    record = json.dumps({**this_process(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode()
     for _ in range(100):
         try:
             fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

@@ -4,7 +4,9 @@ also for a SeqDrift sweep (``python -m robustnlu.seqdrift -m ...``).
 
 ``status`` lists the sweep's jobs, a job that never started too, each with its state (``finished``,
 ``failed`` with its error line, ``running``, ``interrupted``, ``missing``), its folder and the
-overrides that tell it from the other jobs. How each app's states are read from the folders and how
+overrides that tell it from the other jobs; the jobs of every sweep launched into the directory,
+the latest's first (a sweep with other values into the same directory keeps the earlier one's
+record, `robustnlu.sweep_jobs.keep_replaced`). How each app's states are read from the folders and how
 a job's folder is found by the job's identity (the hash of its recorded task overrides) is
 `robustnlu.sweep_state`'s. A folder that holds sweeps rather than jobs gets the status of each
 sweep below it (`sweeps_in`; ``--json``: each job's object names its ``sweep``). The efficiency
@@ -13,10 +15,11 @@ dir>/source`` and ``<sweep dir>/adapt/seed<N>``, which ``status <sweep dir>`` li
 (`robustnlu.efficiency.__main__`).
 
 ``relaunch`` runs the jobs of a training sweep that are failed, interrupted or missing — not the
-finished ones, not those running — with the sweep's own launcher and settings (its ``hydra.*``
-overrides: launcher, partition, ``hydra.sweep.subdir``, ...), each with its own overrides plus
-``resume=true``, into the same sweep directory and folders. It writes the list to
-``<sweep dir>/.relaunch/<time>.json``, prints the command and runs it (``--dry-run``: prints only):
+finished ones, not those running — with the launcher and settings of the sweep that asked for each
+(its ``hydra.*`` overrides: launcher, partition, ``hydra.sweep.subdir``, ...), each with its own
+overrides plus ``resume=true``, into the same sweep directory and folders. It writes the list to
+``<sweep dir>/.relaunch/<time>.json``, prints the command and runs it (``--dry-run``: prints only);
+one command for each set of settings where the directory's sweeps differ in them:
 ``python -m robustnlu -m hydra/sweeper=joblist ...``
 (hydra_plugins/robustnlu_plugins/job_list_sweeper.py). To add values to a sweep instead, launch it
 again with them and ``resume=true`` (``seed=0,1`` then ``seed=0,1,2``): its finished jobs return
@@ -39,7 +42,7 @@ from pathlib import Path
 
 from robustnlu.errors import CommandLineParser, ConfigError, entry_point
 from robustnlu.io import atomic_write_json
-from robustnlu.sweep_jobs import Sweep, job_hash, parse_overrides, read_sweep, shown_overrides, under, varying
+from robustnlu.sweep_jobs import EARLIER_DIR, Sweep, job_hash, parse_overrides, read_sweep, shown_overrides, under, varying
 from robustnlu.sweep_state import STATES, TRAINING_CONFIG, Job, sweep_status, sweeps_in
 
 #: what relaunch runs again
@@ -58,13 +61,17 @@ def print_status(path: Path, sweep: Sweep | None, jobs: list[Job]) -> None:
     that tell it from the others), its error line and a note where there is one."""
     listed = [j for j in jobs if j.listed]
     others = [j for j in jobs if not j.listed]
-    if sweep is None:
+    earlier = len({j.sweep.record for j in listed if j.sweep is not None and j.sweep.earlier})
+    lists = f" and those of {earlier} earlier sweep(s) into it ({EARLIER_DIR}/)" if earlier else ""
+    if sweep is None and not listed:
         source = "no multirun.yaml: the job folders found"
-    elif not sweep.product:
+    elif not listed:
         source = f"{sweep.sweeper.rsplit('.', 1)[-1]} makes its jobs as it goes: the job folders found"
+    elif sweep is not None and sweep.product:
+        source = f"its multirun.yaml's job list{lists}"
     else:
-        source = "its multirun.yaml's job list"
-    counted = listed if sweep is not None and sweep.product else jobs  # without a job list: what the folders hold
+        source = f"the job lists of {earlier} earlier sweep(s) into it ({EARLIER_DIR}/)"
+    counted = listed or jobs  # without a job list: what the folders hold
     counts = {state: sum(j.state == state for j in counted) for state in STATES}
     print(f"{path}: {len(counted)} jobs ({source}): " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     keys = varying([j.overrides for j in listed]) if len(listed) > 1 else set()
@@ -81,7 +88,7 @@ def print_status(path: Path, sweep: Sweep | None, jobs: list[Job]) -> None:
     for job in listed:
         show(job, keys)
     if others and listed:
-        print(f"{len(others)} folder(s) of jobs not in the job list (an earlier launch with other values):")
+        print(f"{len(others)} folder(s) of jobs not in the job list (a launch whose multirun.yaml is not kept):")
     for job in others:
         show(job, set())
 
@@ -109,6 +116,9 @@ def relaunch_hydra_overrides(sweep: Sweep, path: Path) -> list[str]:
 
 
 def check_relaunchable(sweep: Sweep | None, path: Path) -> Sweep:
+    """``sweep``, the sweep into ``path`` whose jobs are to be relaunched; `ConfigError` where relaunch
+    cannot place them (a folder of sweeps or of jobs without a job list, a search, another app's
+    sweep, job folders named by position), naming the sweep's record where it is an earlier sweep's."""
     if sweep is None:
         below = [p for p in sweeps_in(path) if p != path]
         if below:  # a folder of sweeps: the command that made them knows how they go together
@@ -117,21 +127,22 @@ def check_relaunchable(sweep: Sweep | None, path: Path) -> Sweep:
                               "hydra.sweep.dir=<this folder> (the efficiency protocol continues so)")
         raise ConfigError(f"{path}: no multirun.yaml, so the sweep's jobs are not known; launch the sweep again "
                           "with resume=true and hydra.sweep.dir=<this folder>")
+    where = sweep.record if sweep.earlier else path
     if not sweep.product:
-        raise ConfigError(f"{path}: a sweep of {sweep.sweeper} (not a product of values) decides its jobs as it "
+        raise ConfigError(f"{where}: a sweep of {sweep.sweeper} (not a product of values) decides its jobs as it "
                           "goes; run its command again to continue it (an Optuna search adds trials to its study)")
     if sweep.config_name != TRAINING_CONFIG:
-        raise ConfigError(f"{path}: a sweep of the {sweep.config_name!r} app; relaunch runs training sweeps "
+        raise ConfigError(f"{where}: a sweep of the {sweep.config_name!r} app; relaunch runs training sweeps "
                           f"(python -m robustnlu -m ...): run its command again with hydra.sweep.dir={path}")
     if re.search(r"job[.:]num", sweep.subdir):
-        raise ConfigError(f"{path}: its job folders are named by position (hydra.sweep.subdir={sweep.subdir}), so a "
+        raise ConfigError(f"{where}: its job folders are named by position (hydra.sweep.subdir={sweep.subdir}), so a "
                           "job launched again would take another job's folder; relaunch needs folders named by the "
                           "job (the default hydra.sweep.subdir, conf/hydra/default.yaml)")
     return sweep
 
 
 def relaunch(path: Path, dry_run: bool) -> int:
-    sweep = check_relaunchable(read_sweep(path), path)
+    check_relaunchable(read_sweep(path), path)
     _, jobs = sweep_status(path)
     listed = [j for j in jobs if j.listed]
     todo, seen = [], set()
@@ -149,17 +160,24 @@ def relaunch(path: Path, dry_run: bool) -> int:
     if not todo:
         print("nothing to relaunch")
         return 0
-    overrides = [[o for o, p in zip(job.overrides, parse_overrides(job.overrides)) if p.key_or_group != "resume"]
-                 for job in todo]
-    jobs_file = path.resolve() / RELAUNCH_DIR / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
-    cwd = sweep.cwd if sweep.cwd is not None and sweep.cwd.is_dir() else Path.cwd()
-    cmd = [sys.executable, "-m", "robustnlu", "-m", *relaunch_hydra_overrides(sweep, path), "hydra/sweeper=joblist",
-           f"hydra.sweeper.jobs_file={quoted(str(jobs_file))}", "resume=true"]
-    print(f"+ cd {shlex.quote(str(cwd))} && {shlex.join(cmd)}", flush=True)
-    if dry_run:
-        return 0
-    atomic_write_json(jobs_file, {"sweep": str(path.resolve()), "jobs": overrides})
-    return subprocess.run(cmd, cwd=cwd, env=os.environ.copy()).returncode
+    groups: dict[tuple[Path, tuple[str, ...]], list[list[str]]] = {}  # (cwd, hydra overrides) -> their jobs
+    for job in todo:
+        sweep = check_relaunchable(job.sweep, path)
+        cwd = sweep.cwd if sweep.cwd is not None and sweep.cwd.is_dir() else Path.cwd()
+        overrides = [o for o, p in zip(job.overrides, parse_overrides(job.overrides)) if p.key_or_group != "resume"]
+        groups.setdefault((cwd, tuple(relaunch_hydra_overrides(sweep, path))), []).append(overrides)
+    stamp = time.strftime('%Y-%m-%d_%H-%M-%S')
+    status = 0
+    for number, ((cwd, hydra), overrides) in enumerate(groups.items(), 1):
+        jobs_file = path.resolve() / RELAUNCH_DIR / (f"{stamp}.json" if len(groups) == 1 else f"{stamp}-{number}.json")
+        cmd = [sys.executable, "-m", "robustnlu", "-m", *hydra, "hydra/sweeper=joblist",
+               f"hydra.sweeper.jobs_file={quoted(str(jobs_file))}", "resume=true"]
+        print(f"+ cd {shlex.quote(str(cwd))} && {shlex.join(cmd)}", flush=True)
+        if dry_run:
+            continue
+        atomic_write_json(jobs_file, {"sweep": str(path.resolve()), "jobs": overrides})
+        status = subprocess.run(cmd, cwd=cwd, env=os.environ.copy()).returncode or status
+    return status
 
 
 @entry_point

@@ -22,6 +22,14 @@ The job list (`Sweep.jobs`): Hydra writes ``<sweep dir>/multirun.yaml`` when a m
 ``hydra.sweeper.params`` and task overrides are expanded here into one override list per job,
 as Hydra's basic sweeper expands them (`BasicSweeper.split_arguments`), so that a job that never
 started is known too. Other sweepers (the Optuna search) decide their jobs as they go: no list.
+
+A sweep directory's jobs are every job asked for in it (`job_list`): a sweep launched into a folder
+that holds another's ``multirun.yaml`` replaces that file, so the product sweeper first keeps the
+earlier record as ``.multirun/<n>.yaml`` where the new sweep does not hold each of its jobs
+(`keep_replaced`: ``seed=0,1`` then ``method=topk seed=2``, not ``seed=0,1`` then ``seed=0,1,2``).
+Two sweeps' jobs never share a folder (a job's folder is named by its identity), so the jobs of
+both are the directory's: the latest sweep's list, then the jobs of the earlier ones it does not
+hold, each with the record that asked for it (its settings are those its relaunch runs with).
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from robustnlu.errors import DataError, yaml_problem
+from robustnlu.io import atomic_write_files
 
 #: settings that do not change what a run computes: where it writes and caches, how it logs and
 #: shows progress, how often it saves last.ckpt, which metric ``python -m robustnlu`` returns,
@@ -46,6 +55,9 @@ NEUTRAL_SETTINGS = ("resume", "resume_override", "keep_last_checkpoint", "optimi
                     "trainer.enable_progress_bar", "trainer.log_every_n_steps")
 #: the file Hydra writes into a sweep directory when the multirun starts
 MULTIRUN_FILE = "multirun.yaml"
+#: the folder of a sweep directory that keeps the ``multirun.yaml`` of earlier sweeps into it, each
+#: as ``<n>.yaml`` numbered in launch order (`keep_replaced`)
+EARLIER_DIR = ".multirun"
 #: the ``_target_``s of the sweepers whose job list is the product of the sweep's values: Hydra's basic
 #: sweeper and robustnlu's (``hydra/sweeper=product``, the default)
 PRODUCT_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
@@ -136,10 +148,13 @@ def register_resolver() -> None:
 
 @dataclass(frozen=True)
 class Sweep:
-    """A sweep directory and the ``multirun.yaml`` Hydra wrote there, as written (unresolved)."""
+    """A sweep directory and a record of a sweep into it (its ``multirun.yaml``, or an earlier
+    sweep's kept in `EARLIER_DIR`), as written (unresolved)."""
 
     path: Path
     config: dict[str, Any]
+    #: the file it was read from
+    record: Path
 
     def get(self, key: str, default: Any = None) -> Any:
         """The value at dotted ``key`` as written in multirun.yaml (interpolations unresolved)."""
@@ -149,6 +164,11 @@ class Sweep:
                 return default
             node = node[part]
         return default if node is None else node
+
+    @property
+    def earlier(self) -> bool:
+        """Whether it is the record of an earlier sweep into its directory (kept in `EARLIER_DIR`)."""
+        return self.record.parent == self.path / EARLIER_DIR
 
     @property
     def task_overrides(self) -> list[str]:
@@ -202,8 +222,7 @@ class Sweep:
             (jobs,) = BasicSweeper.split_arguments(overrides, None)
         except Exception as err:  # Hydra's parse and expansion errors (a link to its grammar on a line of its own)
             message = "; ".join(line.strip() for line in str(err).splitlines() if line.strip())
-            raise DataError(self.path / MULTIRUN_FILE, None,
-                            f"cannot expand the sweep's overrides: {message}") from None
+            raise DataError(self.record, None, f"cannot expand the sweep's overrides: {message}") from None
         return jobs
 
 
@@ -217,32 +236,83 @@ def config_loader() -> Any:
     return ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
 
 
-def read_sweep(path: str | Path) -> Sweep | None:
-    """The sweep in ``path`` (its ``multirun.yaml``); None where there is none. `DataError` for a
-    file that is not a multirun's record."""
-    path = Path(path)
-    record = path / MULTIRUN_FILE
-    if not record.is_file():
-        return None
+def read_record(path: Path, record: Path) -> Sweep:
+    """The sweep into ``path`` that ``record`` holds; `DataError` for a file that is not a multirun's record."""
     try:
         config = OmegaConf.to_container(OmegaConf.load(record), resolve=False)
     except Exception as err:  # YAML errors: their line and problem (the message spans several lines)
         _, line, problem = yaml_problem(err)
         raise DataError(record, line, f"unreadable ({type(err).__name__}: {problem})") from None
-    sweep = Sweep(path, config if isinstance(config, dict) else {})
+    sweep = Sweep(path, config if isinstance(config, dict) else {}, record)
     if not isinstance(sweep.get("hydra.overrides"), dict):
         raise DataError(record, None, "not a Hydra multirun record (no hydra.overrides)")
     return sweep
 
 
-def job_positions(path: str | Path) -> dict[str, int]:
-    """`job_hash` -> position in the job list of the sweep in ``path``; {} where there is no list."""
+def read_sweep(path: str | Path) -> Sweep | None:
+    """The sweep in ``path`` (its ``multirun.yaml``: the latest launched into it); None where there
+    is none. `DataError` for a file that is not a multirun's record."""
+    path = Path(path)
+    record = path / MULTIRUN_FILE
+    return read_record(path, record) if record.is_file() else None
+
+
+def earlier_records(path: Path) -> list[Path]:
+    """The records of earlier sweeps that ``path`` keeps (`EARLIER_DIR`), the latest first."""
+    folder = Path(path) / EARLIER_DIR
+    kept = [p for p in folder.glob("*.yaml") if p.stem.isdigit()] if folder.is_dir() else []
+    return sorted(kept, key=lambda p: int(p.stem), reverse=True)
+
+
+def read_sweeps(path: str | Path) -> list[Sweep]:
+    """Every sweep into ``path`` whose record is there: its ``multirun.yaml`` (`read_sweep`), then the
+    earlier ones (`earlier_records`), the latest first. `DataError` for a record that is not a multirun's."""
+    latest = read_sweep(path)
+    return ([latest] if latest is not None else []) + [read_record(Path(path), r) for r in earlier_records(path)]
+
+
+def job_list(sweeps: Sequence[Sweep]) -> list[tuple[Sweep, list[str]]]:
+    """Every job ``sweeps`` (`read_sweeps`, the latest first) asked for, each with the sweep that
+    lists it: the first sweep's job list (`Sweep.jobs`), then each later one's jobs that no sweep
+    before it lists. `DataError` for overrides that cannot be expanded."""
+    listed: list[tuple[Sweep, list[str]]] = []
+    seen: set[str] = set()
+    for sweep in sweeps:
+        jobs = sweep.jobs() or []
+        keys = [job_hash(overrides) for overrides in jobs]
+        listed += [(sweep, overrides) for overrides, key in zip(jobs, keys) if key not in seen]
+        seen.update(keys)
+    return listed
+
+
+def keep_replaced(path: Path, jobs: Iterable[Sequence[str]]) -> Path | None:
+    """Before a sweep of ``jobs`` writes its ``multirun.yaml`` into ``path``: the one there kept as
+    ``<path>/.multirun/<n>.yaml`` (`EARLIER_DIR`, ``n`` one more than the last kept), unless the new
+    sweep holds each of its jobs (its record then lists them all) or it has no job list; a record
+    that cannot be read is kept too. The file it is kept as, or None."""
+    record = Path(path) / MULTIRUN_FILE
+    if not record.is_file():
+        return None
     try:
-        sweep = read_sweep(path)
-        jobs = sweep.jobs() if sweep is not None else None
+        earlier = read_record(Path(path), record).jobs()
+    except DataError:
+        earlier = None
+    else:
+        new = {job_hash(overrides) for overrides in jobs}
+        if earlier is None or all(job_hash(overrides) in new for overrides in earlier):
+            return None
+    kept = earlier_records(path)
+    number = int(kept[0].stem) + 1 if kept else 1
+    return atomic_write_files({Path(path) / EARLIER_DIR / f"{number}.yaml": record.read_bytes()})[0]
+
+
+def job_positions(path: str | Path) -> dict[str, int]:
+    """`job_hash` -> position in the job list of ``path`` (`job_list`); {} where there is no list."""
+    try:
+        listed = job_list(read_sweeps(path))
     except DataError:
         return {}
     positions: dict[str, int] = {}
-    for position, overrides in enumerate(jobs or []):
+    for position, (_, overrides) in enumerate(listed):
         positions.setdefault(job_hash(overrides), position)
     return positions

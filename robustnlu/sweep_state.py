@@ -1,8 +1,9 @@
 """What became of each job of a sweep, read from the folders of its sweep directory (`sweep_status`;
 shown and acted on by ``python -m robustnlu.sweep``): each job of the sweep's job list — the list
 Hydra's basic sweeper made from the sweep's overrides (its ``multirun.yaml``,
-`robustnlu.sweep_jobs.Sweep.jobs`), so that a job that never started is listed too — with its folder
-and its state:
+`robustnlu.sweep_jobs.Sweep.jobs`), so that a job that never started is listed too, then those of
+the earlier sweeps into the same directory that it does not hold (their records kept in
+``.multirun/``, `robustnlu.sweep_jobs.job_list`) — with its folder and its state:
 
 - ``finished``: its ``results.json`` is there (one that cannot be read is ``failed``, naming it);
 - ``failed``: its ``status.json`` says so, with the error line (a job refused for a bad value
@@ -22,8 +23,9 @@ again makes it. Sweeps of the other apps (evaluate, noise: their jobs record nei
 overrides nor a state in their folders) are refused (`JOB_STATES`).
 
 A job's folder is found by the job's identity (the hash of its recorded task overrides,
-`robustnlu.sweep_jobs.job_hash`), not by the folder's name. Folders of jobs that are not in the
-list (an earlier launch with other values into the same folder) come after it. A folder that holds
+`robustnlu.sweep_jobs.job_hash`), not by the folder's name. Folders of jobs that are in no list
+(a launch whose record is not kept: by Hydra's own basic sweeper, or before records were kept)
+come after it. A folder that holds
 sweeps rather than jobs (the efficiency protocol's ``--mode adapt`` folder) is read as the sweeps
 below it (`sweeps_in`).
 """
@@ -42,7 +44,7 @@ from robustnlu.io import pid_alive
 from robustnlu.rundir import RunDir
 from robustnlu.runlock import holder
 from robustnlu.seqdrift.artifact import STATS_TABLE_FILE
-from robustnlu.sweep_jobs import MULTIRUN_FILE, Sweep, job_hash, read_sweep
+from robustnlu.sweep_jobs import MULTIRUN_FILE, Sweep, job_hash, job_list, read_sweep, read_sweeps
 
 STATES = ("finished", "failed", "running", "interrupted", "missing")
 #: Slurm job states (``squeue -o %T``) of a job that has not ended
@@ -67,6 +69,8 @@ class Job:
     note: str | None = None
     #: whether it is in the sweep's job list (False: a folder of a job the list does not hold)
     listed: bool = True
+    #: the sweep whose job list holds it (its multirun.yaml, or an earlier sweep's kept record)
+    sweep: Sweep | None = None
 
 
 def slurm_alive(job_id: str) -> bool | None:
@@ -191,45 +195,48 @@ def preferred(states: dict[RunDir, JobState]) -> RunDir:
 
 
 def sweep_status(path: Path) -> tuple[Sweep | None, list[Job]]:
-    """The sweep in ``path`` and its jobs: the job list's in order, then the folders of jobs it does
-    not hold (``listed=False``). Without a job list (no multirun.yaml, or a sweeper that makes its
-    jobs as it goes: an Optuna search) the folders found, as not listed; without multirun.yaml
-    they are taken for a training sweep's. `ConfigError` for a sweep of an app whose jobs it
+    """The sweep in ``path`` (its multirun.yaml) and its jobs: the job list of every sweep into
+    ``path`` in order (`robustnlu.sweep_jobs.job_list`: the latest's, then the earlier ones' it does
+    not hold), then the folders of jobs no list holds (``listed=False``). Without a job list (no
+    multirun.yaml, or a sweeper that makes its jobs as it goes: an Optuna search) the folders
+    found, as not listed; without multirun.yaml they are taken for a training sweep's. A job's
+    state is read as its sweep's app reads it; `ConfigError` for a sweep of an app whose jobs it
     cannot read (`JOB_STATES`)."""
     if not path.is_dir():
         raise ConfigError(f"{path}: no such sweep directory")
     if RunDir(path).is_run():
         raise ConfigError(f"{path}: a run's folder, not a sweep directory (the folder of a sweep's job folders, "
                           "its hydra.sweep.dir)")
-    sweep = read_sweep(path)
-    app = sweep.config_name if sweep is not None else TRAINING_CONFIG
-    if app not in JOB_STATES:
-        raise ConfigError(f"{path}: a sweep of the {app!r} app; status reads the sweeps of python -m robustnlu and "
-                          "python -m robustnlu.seqdrift, whose jobs record their overrides and state in their folders")
-    state_of = JOB_STATES[app]
-    expected = sweep.jobs() if sweep is not None else None
+    sweeps = read_sweeps(path)
+    for app in dict.fromkeys(s.config_name for s in sweeps):
+        if app not in JOB_STATES:
+            raise ConfigError(f"{path}: a sweep of the {app!r} app; status reads the sweeps of python -m robustnlu and "
+                              "python -m robustnlu.seqdrift, whose jobs record their overrides and state in their folders")
+    sweep = sweeps[0] if sweeps and not sweeps[0].earlier else None
     folders = job_folders(path)
     jobs: list[Job] = []
     first: dict[str, int] = {}
-    for position, overrides in enumerate(expected or []):
+    for position, (listing, overrides) in enumerate(job_list(sweeps)):
         key = job_hash(overrides)
         if key in first:  # differs from an earlier job in settings that change nothing it computes
-            jobs.append(Job(overrides, jobs[first[key]].folder, jobs[first[key]].state,
+            jobs.append(Job(overrides, jobs[first[key]].folder, jobs[first[key]].state, sweep=listing,
                             note="the same job as an earlier one of the list (they differ only in settings that do "
                                  "not change what a job computes, e.g. logger or paths): one folder holds both"))
             continue
         first[key] = position
         runs = folders.pop(key, [])
         if not runs:
-            jobs.append(Job(overrides, None, "missing"))
+            jobs.append(Job(overrides, None, "missing", sweep=listing))
             continue
+        state_of = JOB_STATES[listing.config_name]
         states = {run: state_of(run) for run in runs}
         run = preferred(states)
         state, error, note = states[run]
         if len(runs) > 1:
             others = ", ".join(r.path.name for r in runs if r != run)
             note = "; ".join(filter(None, [note, f"also in {others}"]))
-        jobs.append(Job(overrides, run.path, state, error, note))
+        jobs.append(Job(overrides, run.path, state, error, note, sweep=listing))
+    state_of = JOB_STATES[sweep.config_name if sweep is not None else TRAINING_CONFIG]
     for runs in folders.values():
         for run in runs:
             state, error, note = state_of(run)

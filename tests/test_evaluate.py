@@ -6,7 +6,11 @@ recomputation (plain intent accuracy, seqeval slot F1) from the saved checkpoint
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
+import subprocess
+import sys
 
 import pytest
 from omegaconf import OmegaConf
@@ -18,6 +22,7 @@ from robustnlu.evaluate import UNCASED_NOTE
 from robustnlu.noise.casing import tokenizer_ignores_case
 from robustnlu.noise.suite import load_noisy_suite
 from robustnlu.predictor import Predictor
+from robustnlu.runlock import LOCK_NAME
 from robustnlu.train import run
 
 SNIPS_NOISE = {"abbreviation", "casing", "misspelling", "morphology", "paraphrase", "synonym"}
@@ -188,4 +193,29 @@ def test_evaluate_reads_a_run_whose_data_folder_is_gone_under_paths_data_dir(sma
                    cwd=tmp_path, module="robustnlu.evaluate")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"the run read its datasets under {gone}, which no longer exists; reading them under {here}" in proc.stdout + proc.stderr
+    assert "synthetic" in json.loads((run_dir / "robustness.json").read_text())["suites"]
+
+
+def test_evaluate_refuses_a_run_whose_training_still_runs_and_reads_one_whose_process_is_gone(small_run, tmp_path):
+    """A run whose run.lock a live process holds (here: this test's process) is still training: its
+    checkpoints are half-trained, so evaluate refuses it in one line and writes nothing; a lock left
+    by a process that is gone (SIGKILLed) does not stop it."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(small_run, run_dir)
+    lock = run_dir / LOCK_NAME
+    lock.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": "2026-01-01T00:00:00"}))
+    before = file_bytes(run_dir)
+    (ckpt,) = (run_dir / "checkpoints").glob("best-*.ckpt")
+    args = [f"ckpt={ckpt}", "suite=[synthetic]", "~suite.synthetic.noise.synonym"]
+    proc = run_cli(args, cwd=tmp_path, module="robustnlu.evaluate")
+    assert proc.returncode == 2
+    assert proc.stderr == (f"error: {run_dir} is still running: process {os.getpid()} on {socket.gethostname()} holds "
+                           f"it (since 2026-01-01T00:00:00, {lock}); wait for it to end, or if that process is gone, "
+                           "remove the lock file\n")
+    assert file_bytes(run_dir) == before and not (tmp_path / "outputs").exists()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    lock.write_text(json.dumps({"pid": gone.pid, "host": socket.gethostname()}))
+    proc = run_cli(args, cwd=tmp_path, module="robustnlu.evaluate")
+    assert proc.returncode == 0, proc.stderr[-3000:]
     assert "synthetic" in json.loads((run_dir / "robustness.json").read_text())["suites"]

@@ -5,6 +5,12 @@ Table 9): every method's search is λ, γ and the space its class declares."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 
 import optuna
 import pytest
@@ -20,9 +26,11 @@ from omegaconf import OmegaConf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
-from integration_helpers import CONF, FAST, METHOD_NAMES, METHODS, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from integration_helpers import (CONF, FAST, METHOD_NAMES, METHODS, cli_env, jsonl_overrides, run_cli,
+                                 write_snips_sample_jsonl)
 from robustnlu import hpo
 from robustnlu.errors import ConfigError
+from robustnlu.runlock import LOCK_NAME
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # add_trial
 
@@ -305,6 +313,48 @@ def test_a_search_continued_into_its_sweep_dir_keeps_each_trials_run_in_the_tria
         assert run["config"]["method"]["k"] == trial.params["method.k"]
         assert run["config"]["optimizer"]["lr"] == pytest.approx(trial.params["optimizer.lr"])
         assert run["metrics"]["valid"]["combined"] == pytest.approx(trial.value)
+
+
+def test_a_killed_searchs_trial_is_failed_by_the_next_search_unless_a_live_process_holds_its_run(tmp_path):
+    """~45 s: a search SIGKILLed while its trial 0 trains leaves the trial RUNNING (nothing told it).
+    The next search on the study leaves it so while a live process holds the trial's run directory
+    (its run.lock: here this test's process), and marks it FAIL, saying so on one line of stderr,
+    once the lock is the killed job's again (its process gone)."""
+    data = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=16)
+    fast = [o for o in FAST if not o.startswith(("optimizer.lr", "trainer.max_epochs"))]
+    command = ["-m", "hparams_search=optuna", "method=erm", *jsonl_overrides(data), *fast, "trainer.max_epochs=3",
+               f"paths.hpo_dir={tmp_path}/hpo"]
+    killed = tmp_path / "killed"
+    search = subprocess.Popen([sys.executable, "-m", "robustnlu", *command, "hydra.sweeper.n_trials=2",
+                               f"hydra.sweep.dir={killed}"], cwd=tmp_path, env=cli_env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    status = killed / "0" / "status.json"
+    deadline = time.time() + 300
+    while search.poll() is None and time.time() < deadline:
+        if status.is_file() and json.loads(status.read_text() or "{}").get("state") == "running":
+            search.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    assert search.wait(timeout=60) == -signal.SIGKILL
+
+    def states():
+        study = optuna.load_study(study_name="jsonl-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
+        return [t.state for t in study.trials]
+
+    assert states() == [TrialState.RUNNING]
+    lock = killed / "0" / LOCK_NAME
+    left = lock.read_text()  # the killed job's
+    lock.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+    proc = run_cli([*command, "hydra.sweeper.n_trials=1", f"hydra.sweep.dir={tmp_path / 'held'}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert states() == [TrialState.RUNNING, TrialState.COMPLETE] and "marked FAIL" not in proc.stderr
+    lock.write_text(left)
+    proc = run_cli([*command, "hydra.sweeper.n_trials=1", f"hydra.sweep.dir={tmp_path / 'next'}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert states() == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]
+    assert [line for line in proc.stderr.splitlines() if "marked FAIL" in line] == [
+        f"note: study 'jsonl-erm': trial(s) 0 left RUNNING by a search that is gone, their runs held by no live "
+        f"process ({killed / '0'}): marked FAIL"]
 
 
 def test_a_batch_whose_trial_numbers_another_search_interrupted_is_launched_in_runs_of_its_own_numbers():

@@ -36,7 +36,7 @@ from robustnlu.runlock import LOCK_NAME, holder
 from robustnlu.seqdrift.artifact import STATS_TABLE_FILE
 from robustnlu.sweep import main, relaunch
 from robustnlu.sweep_state import sweep_status
-from robustnlu.sweep_jobs import PRODUCT_SWEEPERS, job_hash, job_identity, read_sweep
+from robustnlu.sweep_jobs import PRODUCT_SWEEPERS, job_hash, job_identity, keep_replaced, read_sweep
 
 
 # ---------------------------------------------------------------------------- identity
@@ -302,6 +302,44 @@ def test_relaunch_runs_the_unfinished_jobs_with_the_sweeps_launcher_and_resume(t
         ["method=topk", "seed=0", "resume=true"]
 
 
+def test_status_and_relaunch_list_the_jobs_of_every_sweep_launched_into_the_directory(tmp_path, capsys):
+    """A sweep with other values into the same directory replaces its multirun.yaml: the product
+    sweeper keeps the earlier one (`keep_replaced`) unless the new sweep holds all its jobs. Status
+    lists the latest sweep's jobs, then the earlier one's it does not hold (one that never started
+    too); relaunch runs each with the settings of the sweep that asked for it."""
+    sweep = tmp_path / "sweep"
+    _multirun(sweep, ["method=erm", "seed=0,1"], hydra=["hydra/launcher=slurm", f"hydra.sweep.dir={sweep}"])
+    first = (sweep / "multirun.yaml").read_bytes()
+    assert keep_replaced(sweep, [["method=erm", f"seed={s}", "resume=true"] for s in (0, 1, 2)]) is None  # holds them
+    assert not (sweep / ".multirun").exists()
+    kept = keep_replaced(sweep, [["method=topk", "seed=0"]])
+    assert kept == sweep / ".multirun" / "1.yaml" and kept.read_bytes() == first
+    _multirun(sweep, ["method=topk", "seed=0,1"])  # the later sweep's record, with the default launcher
+    _job(sweep, ["method=erm", "seed=0"], {"state": "finished"}, results=True)
+    _job(sweep, ["method=topk", "seed=0"], {"state": "finished"}, results=True)
+    assert _states(sweep) == {"method=topk seed=0": ("finished", None), "method=topk seed=1": ("missing", None),
+                              "method=erm seed=0": ("finished", None), "method=erm seed=1": ("missing", None)}
+    assert [j.listed for j in sweep_status(sweep)[1]] == [True] * 4
+    assert main(["status", str(sweep)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"{sweep}: 4 jobs (its multirun.yaml's job list and those of 1 earlier sweep(s) into it (.multirun/)): "
+        "2 finished, 0 failed, 0 running, 0 interrupted, 2 missing")
+    assert relaunch(sweep, dry_run=True) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{sweep}: 4 jobs, 2 finished, 0 running (left alone), 2 to run again"
+    commands = [line for line in out if line.startswith("+ cd ")]
+    assert len(commands) == 2  # one per sweep: their launchers differ
+    assert "hydra/launcher=slurm" not in commands[0] and "hydra/launcher=slurm" in commands[1]
+    # a third sweep that holds the first one's jobs: it lists them, the kept record adds none
+    keep_replaced(sweep, [["method=erm", "seed=0"]])
+    _multirun(sweep, ["method=erm,topk", "seed=0,1"])
+    assert [p.name for p in (sweep / ".multirun").iterdir()] == ["1.yaml", "2.yaml"]
+    assert len(sweep_status(sweep)[1]) == 4
+    assert main(["status", str(sweep)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith(" 4 jobs (its multirun.yaml's job list): 2 finished, "
+                                                             "0 failed, 0 running, 0 interrupted, 2 missing")
+
+
 @pytest.mark.parametrize("case,expected", [
     ("no multirun.yaml", "no multirun.yaml, so the sweep's jobs are not known"),
     ("optuna", "decides its jobs as it goes"),
@@ -403,6 +441,26 @@ def test_a_killed_sweep_is_relaunched_and_extended_without_training_its_finished
         assert _finished_files(sweep / name) == files  # not trained again: results, predictions, weights untouched
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")) == \
         sorted(f for _, f in states.values())
+
+
+def test_a_sweep_with_other_values_into_the_directory_of_a_killed_one_keeps_its_jobs_that_never_started(tmp_path):
+    """~25 s: ``seed=0,1`` SIGKILLed in its first job (seed=1 never starts), then ``method=topk seed=0``
+    into the same sweep directory: status still lists the first sweep's jobs, the one that never
+    started as missing, and relaunch would run both of them again."""
+    data = write_snips_sample_jsonl(tmp_path / "data", n_train=48, n_eval=16)
+    sweep = tmp_path / "sweep"
+    common = [*FAST, "trainer.max_epochs=1", *jsonl_overrides(data), f"hydra.sweep.dir={sweep}"]
+    proc = run_cli(["-m", *common, "seed=0,1", "+callbacks.kill._target_=integration_helpers.KillAtStep",
+                    "+callbacks.kill.step=1"], cwd=tmp_path)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    proc = run_cli(["-m", *common, "method=topk", "seed=0"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (sweep / ".multirun" / "1.yaml").is_file()
+    assert {k: s for k, (s, _) in _status(sweep, tmp_path).items()} == {
+        "method=topk seed=0": "finished", "seed=0": "interrupted", "seed=1": "missing"}
+    proc = run_cli(["relaunch", "--dry-run", str(sweep)], cwd=tmp_path, module="robustnlu.sweep")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[0] == f"{sweep}: 3 jobs, 1 finished, 0 running (left alone), 2 to run again"
 
 
 def test_a_sweep_with_a_bad_value_and_a_crash_shows_each_failed_job_with_its_error(tmp_path):

@@ -132,3 +132,25 @@ def test_an_optuna_search_stopped_by_ctrl_c_records_its_running_trial_as_failed(
     assert proc.returncode != 0
     study = optuna.load_study(study_name="jsonl-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
     assert [t.state for t in study.trials] == [TrialState.FAIL]
+
+
+def test_a_sweep_one_of_whose_jobs_does_not_compose_is_refused_before_it_writes_anything(data, tmp_path):
+    """~5 s: a job per batch, the second job's method a config that does not exist. Hydra composes a
+    batch's configs just before launching it, after multirun.yaml is written: the first job would
+    train and a new sweep directory would be left with a multirun.yaml, an existing one with its
+    record replaced. Every job's config is composed before anything is written (`launch_batches`)."""
+    args = [*_common(data), f"dataset.train={data['train']}", "method=erm,no_such_method",
+            "hydra.sweeper.max_batch_size=1"]
+    error = ("error: In 'config': Could not find 'method/no_such_method'; Available options in 'method': erm, "
+             "group_dro, nonparam_kl, pdro, rpdro, topic_cvar, topk, topk_ae, topk_ae_bin, topk_ae_prob, topk_group")
+    new = tmp_path / "new" / "sweep"
+    proc = run_cli(["-m", *args, f"hydra.sweep.dir={new}"], cwd=tmp_path)
+    assert (proc.returncode, proc.stderr.splitlines()) == (2, [error])
+    assert not (tmp_path / "new").exists()
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "multirun.yaml").write_text("the record of an earlier sweep\n")
+    proc = run_cli(["-m", *args, f"hydra.sweep.dir={earlier}"], cwd=tmp_path)
+    assert (proc.returncode, proc.stderr.splitlines()) == (2, [error])
+    assert [p.name for p in earlier.iterdir()] == ["multirun.yaml"]
+    assert (earlier / "multirun.yaml").read_text() == "the record of an earlier sweep\n"

@@ -23,6 +23,12 @@ sampler proposes, Hydra's launcher (basic, or submitit: Slurm / local processes)
   traceback unless it is a user error's one line) and the study goes on; so are the trials of a
   batch the search was stopped in (Ctrl-C), rather than left RUNNING in the study for ever;
   ``<sweep dir>/optimization_results.yaml`` holds the best trial of the study at the end.
+- A search killed outright (SIGKILL, the OOM killer, a lost node) tells nothing: its trials stay
+  RUNNING. Each trial records its job's run directory and the search's process (`JOB_ATTR`), so
+  the next search on the study marks FAIL, with a note on stderr, each RUNNING trial whose search
+  is gone and whose run directory no live process holds (`abandoned`); a trial whose run is still
+  locked by a live process (a Slurm job that outlived its search), or whose search may still run (a
+  search on the study from another host), is left alone.
 
 Single objective only: the value each job returns, the run's ``optimized_metric`` (conf/config.yaml;
 logged and written with the best trial); no ``search_space`` (deprecated
@@ -32,10 +38,13 @@ when Hydra scans its plugins, so a core install without the ``hpo`` extra still 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import IntervalSweep, Override, RangeSweep, Transformer, ValueType
 from hydra.core.plugins import Plugins
@@ -44,9 +53,10 @@ from hydra.errors import CompactHydraException
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from robustnlu.errors import ConfigError, RobustNLUError, exit_with_error
+from robustnlu.runlock import in_force, stale, this_process
 from robustnlu.sweep_jobs import job_identity
 
 log = logging.getLogger(__name__)
@@ -54,6 +64,10 @@ log = logging.getLogger(__name__)
 DIRECTIONS = ("maximize", "minimize")
 #: the study's user attribute that records what its trials share (`study_settings`)
 SETTINGS_ATTR = "robustnlu_settings"
+#: a trial's user attribute that records its job, set before it is launched: ``run_dir``, the
+#: folder the launcher gives it, and ``search``, the process of the search that launched it
+#: (`robustnlu.runlock.this_process`)
+JOB_ATTR = "robustnlu_job"
 
 
 def distribution(override: Override) -> Any:
@@ -191,6 +205,31 @@ def make_sqlite_folder(storage: str | None) -> None:
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
 
 
+def abandoned(trial: Any) -> bool:
+    """Whether a RUNNING ``trial`` will never be told: the search that launched it is gone (a
+    process of this host that no longer runs, or an earlier instance of this Slurm job:
+    `robustnlu.runlock.stale`) and no live process holds its run directory (its ``run.lock`` not
+    in force, `robustnlu.runlock.in_force`). A trial without its job's record (`JOB_ATTR`) is not
+    known to be."""
+    record = trial.user_attrs.get(JOB_ATTR)
+    if not isinstance(record, dict) or not isinstance(record.get("search"), dict) or not record.get("run_dir"):
+        return False
+    return stale(record["search"], 0.0) and in_force(Path(record["run_dir"])) is None
+
+
+def fail_abandoned(study: Any) -> None:
+    """Mark FAIL the study's `abandoned` trials, with one line on stderr naming them."""
+    from optuna.trial import TrialState
+
+    gone = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if abandoned(t)]
+    for trial in gone:
+        study.tell(trial.number, state=TrialState.FAIL)
+    if gone:
+        print(f"note: study {study.study_name!r}: trial(s) {', '.join(str(t.number) for t in gone)} left RUNNING by a "
+              f"search that is gone, their runs held by no live process "
+              f"({', '.join(t.user_attrs[JOB_ATTR]['run_dir'] for t in gone)}): marked FAIL", file=sys.stderr, flush=True)
+
+
 class OptunaSweeper(Sweeper):
     """See the module docstring; the arguments are conf/hydra/sweeper/optuna.yaml's keys."""
 
@@ -206,6 +245,7 @@ class OptunaSweeper(Sweeper):
         self.params = params or {}
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.hydra_context = hydra_context
         self.config = config
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config)
@@ -251,6 +291,7 @@ class OptunaSweeper(Sweeper):
         clash = settings_clash(study, settings, self.direction) or space_clash(study, space)
         if clash is not None:
             exit_with_error(ConfigError(clash))
+        fail_abandoned(study)
         if SETTINGS_ATTR not in study.user_attrs:
             study.set_user_attr(SETTINGS_ATTR, settings)
         seed = OmegaConf.select(self.config, "hydra.sweeper.sampler.seed", default=None)
@@ -272,6 +313,9 @@ class OptunaSweeper(Sweeper):
             try:
                 for run in numbered_runs(trials):
                     batch = [(*(f"{k}={v}" for k, v in trial.params.items()), *fixed.values()) for trial in run]
+                    for trial, overrides in zip(run, batch):
+                        trial.set_user_attr(JOB_ATTR, {"run_dir": str(self._job_dir(overrides, trial.number)),
+                                                       "search": this_process()})
                     returns += self.launcher.launch(batch, initial_job_idx=run[0].number)
             except BaseException:  # the search is stopped (Ctrl-C): its trials run no more, as Optuna's optimize
                 for trial in trials[len(returns):]:
@@ -295,6 +339,22 @@ class OptunaSweeper(Sweeper):
         results = {"name": "optuna", "optimized_metric": self.config.get("optimized_metric"),
                    "best_params": best.params, "best_value": best.value}
         OmegaConf.save(OmegaConf.create(results), f"{self.config.hydra.sweep.dir}/optimization_results.yaml")
+
+    def _job_dir(self, overrides: Sequence[str], number: int) -> Path:
+        """The run directory the launcher gives job ``number`` of ``overrides``: its config's
+        ``hydra.sweep.dir`` / ``hydra.sweep.subdir``, resolved as Hydra's `run_job` resolves them
+        (the job's number and id: ``number``, as Hydra's basic launcher sets them)."""
+        cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        with open_dict(cfg):
+            cfg.hydra.job.id = number
+            cfg.hydra.job.num = number
+        hydra_config = HydraConfig.instance()
+        previous = hydra_config.cfg
+        try:
+            hydra_config.set_config(cfg)  # resolves ${hydra:...} as in the job
+            return Path(os.path.abspath(Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)))
+        finally:
+            hydra_config.cfg = previous
 
     @staticmethod
     def _tell(study: Any, trial: Any, ret: JobReturn) -> Exception | None:
