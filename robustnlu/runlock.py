@@ -7,9 +7,9 @@ with a message, and so is one of an earlier instance of this Slurm job (a requeu
 anew, maybe on another node; Slurm runs one instance of a job at a time). A lock held by a live
 process, or by another host (whose processes cannot be seen from here), is refused with one line
 naming the holder; a command that reads a run (``python -m robustnlu.evaluate``) refuses one whose
-lock is so held (`check_not_running`), since what it would read is half-trained. A file lock (``flock``) would free
-itself when its holder dies, but it is unreliable on the network file systems of clusters, where
-run directories live.
+lock is so held (`check_not_running`), since what it would read is half-trained. A file lock
+(``flock``) would free itself when its holder dies, but it is unreliable on the network file
+systems of clusters, where run directories live.
 """
 
 from __future__ import annotations
