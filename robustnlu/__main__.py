@@ -2,24 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from omegaconf import DictConfig
 
 from robustnlu.cli import hydra_app, run_or_exit
-from robustnlu.errors import ConfigError
-
-
-def optimized_value(results: Mapping[str, Any], optimized_metric: str) -> float:
-    """The value of ``optimized_metric`` (``<split>/<metric>``, conf/config.yaml) in the run's
-    results: what an Optuna sweeper optimises (conf/hparams_search/)."""
-    split, metric = optimized_metric.split("/", 1)
-    scores = results["metrics"][split]
-    if metric not in scores:
-        raise ConfigError(f"optimized_metric={optimized_metric}: the run has no {split} metric {metric!r} "
-                          f"({', '.join(k for k in scores if not k.startswith('group/'))})")
-    return scores[metric]
+from robustnlu.rundir import optimized_value
 
 
 def train(cfg: DictConfig) -> float:

@@ -28,7 +28,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from robustnlu.errors import DataError, yaml_problem
+from robustnlu.errors import ConfigError, DataError, yaml_problem
 from robustnlu.io import CORRUPT_STREAM, data_file, open_data
 from robustnlu.sweep_jobs import job_hash, job_positions
 
@@ -74,6 +74,18 @@ def read_json_object(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise DataError(path, None, "expected a JSON object")
     return data
+
+
+def optimized_value(results: Mapping[str, Any], optimized_metric: str) -> float:
+    """The value of ``optimized_metric`` (``<split>/<metric>``, conf/config.yaml) in the run's
+    results: what an Optuna sweeper optimises (conf/hparams_search/): the value the
+    training app returns, or that a finished run tells a study its search left unfinished."""
+    split, metric = optimized_metric.split("/", 1)
+    scores = results["metrics"][split]
+    if metric not in scores:
+        raise ConfigError(f"optimized_metric={optimized_metric}: the run has no {split} metric {metric!r} "
+                          f"({', '.join(k for k in scores if not k.startswith('group/'))})")
+    return scores[metric]
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from integration_helpers import (CONF, FAST, METHOD_NAMES, METHODS, cli_env, jso
                                  write_snips_sample_jsonl)
 from robustnlu import hpo
 from robustnlu.errors import ConfigError
+from robustnlu.rundir import RunDir
 from robustnlu.runlock import LOCK_NAME
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # add_trial
@@ -93,7 +94,7 @@ def test_method_specific_search_spaces_are_table_9():
 
 
 def test_the_value_a_run_returns_is_its_optimized_metric():
-    from robustnlu.__main__ import optimized_value
+    from robustnlu.rundir import optimized_value
 
     results = {"metrics": {"valid": {"combined": 0.5, "semer": 0.25, "group/3/combined": 0.1}, "test": {"combined": 0.4}}}
     assert optimized_value(results, "valid/combined") == 0.5
@@ -315,46 +316,68 @@ def test_a_search_continued_into_its_sweep_dir_keeps_each_trials_run_in_the_tria
         assert run["metrics"]["valid"]["combined"] == pytest.approx(trial.value)
 
 
-def test_a_killed_searchs_trial_is_failed_by_the_next_search_unless_a_live_process_holds_its_run(tmp_path):
-    """~45 s: a search SIGKILLed while its trial 0 trains leaves the trial RUNNING (nothing told it).
+def killed_while_training(command: list[str], sweep_dir, trial: int) -> str:
+    """Run the search ``command`` into ``sweep_dir`` and SIGKILL it once trial ``trial``'s job
+    trains; what the search printed on stderr."""
+    status = sweep_dir / str(trial) / "status.json"
+    with open(sweep_dir.parent / f"{sweep_dir.name}.stderr", "w+") as stderr:
+        search = subprocess.Popen([sys.executable, "-m", "robustnlu", *command, f"hydra.sweep.dir={sweep_dir}"],
+                                  cwd=sweep_dir.parent, env=cli_env(), stdout=subprocess.DEVNULL, stderr=stderr)
+        deadline = time.time() + 300
+        while search.poll() is None and time.time() < deadline:
+            if status.is_file() and json.loads(status.read_text() or "{}").get("state") == "running":
+                search.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.05)
+        assert search.wait(timeout=60) == -signal.SIGKILL
+        stderr.seek(0)
+        return stderr.read()
+
+
+def test_a_killed_searchs_trial_is_settled_by_the_next_search_unless_a_live_process_holds_its_run(tmp_path):
+    """~70 s: a search SIGKILLed while its trial 0 trains leaves the trial RUNNING (nothing told it).
     The next search on the study leaves it so while a live process holds the trial's run directory
-    (its run.lock: here this test's process), and marks it FAIL, saying so on one line of stderr,
-    once the lock is the killed job's again (its process gone)."""
+    (its run.lock: here this test's process). Once the lock is the killed job's again (its process
+    gone) and the run is finished (resumed, as a Slurm job that outlived its search finishes), the
+    next search tells the trial the run's value; that search, killed in turn while its trial 2
+    trains, leaves an unfinished run, which the next search marks FAIL. Each says so on stderr."""
     data = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=16)
     fast = [o for o in FAST if not o.startswith(("optimizer.lr", "trainer.max_epochs"))]
     command = ["-m", "hparams_search=optuna", "method=erm", *jsonl_overrides(data), *fast, "trainer.max_epochs=3",
                f"paths.hpo_dir={tmp_path}/hpo"]
     killed = tmp_path / "killed"
-    search = subprocess.Popen([sys.executable, "-m", "robustnlu", *command, "hydra.sweeper.n_trials=2",
-                               f"hydra.sweep.dir={killed}"], cwd=tmp_path, env=cli_env(),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    status = killed / "0" / "status.json"
-    deadline = time.time() + 300
-    while search.poll() is None and time.time() < deadline:
-        if status.is_file() and json.loads(status.read_text() or "{}").get("state") == "running":
-            search.send_signal(signal.SIGKILL)
-            break
-        time.sleep(0.05)
-    assert search.wait(timeout=60) == -signal.SIGKILL
+    killed_while_training([*command, "hydra.sweeper.n_trials=2"], killed, 0)
 
-    def states():
-        study = optuna.load_study(study_name="jsonl-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
-        return [t.state for t in study.trials]
+    def study():
+        return optuna.load_study(study_name="jsonl-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
 
-    assert states() == [TrialState.RUNNING]
+    assert [t.state for t in study().trials] == [TrialState.RUNNING]
     lock = killed / "0" / LOCK_NAME
     left = lock.read_text()  # the killed job's
     lock.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
     proc = run_cli([*command, "hydra.sweeper.n_trials=1", f"hydra.sweep.dir={tmp_path / 'held'}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert states() == [TrialState.RUNNING, TrialState.COMPLETE] and "marked FAIL" not in proc.stderr
+    assert [t.state for t in study().trials] == [TrialState.RUNNING, TrialState.COMPLETE]
+    assert "left RUNNING" not in proc.stderr
     lock.write_text(left)
+    job = RunDir(killed / "0")
+    proc = run_cli([*job.overrides(), "resume=true", f"hydra.run.dir={job.path}"], cwd=tmp_path)
+    assert proc.returncode == 0 and job.finished(), proc.stderr[-3000:]
+
+    printed = killed_while_training([*command, "hydra.sweeper.n_trials=1"], tmp_path / "killed_too", 2)
+    trials = study().trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.RUNNING]
+    assert trials[0].value == job.results()["metrics"]["valid"]["combined"]  # optimized_metric: valid/combined
+    assert [line for line in printed.splitlines() if "left RUNNING" in line] == [
+        f"note: study 'jsonl-erm': trial(s) 0 left RUNNING by a search that is gone, their runs finished: told "
+        f"their values ({killed / '0'})"]
     proc = run_cli([*command, "hydra.sweeper.n_trials=1", f"hydra.sweep.dir={tmp_path / 'next'}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert states() == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]
-    assert [line for line in proc.stderr.splitlines() if "marked FAIL" in line] == [
-        f"note: study 'jsonl-erm': trial(s) 0 left RUNNING by a search that is gone, their runs held by no live "
-        f"process ({killed / '0'}): marked FAIL"]
+    assert [t.state for t in study().trials] == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.FAIL,
+                                                 TrialState.COMPLETE]
+    assert [line for line in proc.stderr.splitlines() if "left RUNNING" in line] == [
+        f"note: study 'jsonl-erm': trial(s) 2 left RUNNING by a search that is gone, their runs held by no live "
+        f"process and unfinished: marked FAIL ({tmp_path / 'killed_too' / '2'})"]
 
 
 def test_a_batch_whose_trial_numbers_another_search_interrupted_is_launched_in_runs_of_its_own_numbers():

@@ -25,8 +25,9 @@ sampler proposes, Hydra's launcher (basic, or submitit: Slurm / local processes)
   ``<sweep dir>/optimization_results.yaml`` holds the best trial of the study at the end.
 - A search killed outright (SIGKILL, the OOM killer, a lost node) tells nothing: its trials stay
   RUNNING. Each trial records its job's run directory and the search's process (`JOB_ATTR`), so
-  the next search on the study marks FAIL, with a note on stderr, each RUNNING trial whose search
-  is gone and whose run directory no live process holds (`abandoned`); a trial whose run is still
+  the next search on the study settles, with a note on stderr, each RUNNING trial whose search is
+  gone and whose run directory no live process holds (`abandoned`): a run that finished (a Slurm
+  job that outlived its search) tells its value, any other is marked FAIL; a trial whose run is still
   locked by a live process (a Slurm job that outlived its search), or whose search may still run (a
   search on the study from another host), is left alone.
 
@@ -217,17 +218,36 @@ def abandoned(trial: Any) -> bool:
     return stale(record["search"], 0.0) and in_force(Path(record["run_dir"])) is None
 
 
-def fail_abandoned(study: Any) -> None:
-    """Mark FAIL the study's `abandoned` trials, with one line on stderr naming them."""
+def settle_abandoned(study: Any, optimized_metric: str | None) -> None:
+    """Tell the study what became of its `abandoned` trials, with one line on stderr for each
+    outcome: a trial whose run finished (a Slurm job that outlived its search) its value
+    (`robustnlu.rundir.optimized_value` of its ``results.json``), any other FAIL."""
     from optuna.trial import TrialState
 
-    gone = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if abandoned(t)]
-    for trial in gone:
-        study.tell(trial.number, state=TrialState.FAIL)
-    if gone:
-        print(f"note: study {study.study_name!r}: trial(s) {', '.join(str(t.number) for t in gone)} left RUNNING by a "
-              f"search that is gone, their runs held by no live process "
-              f"({', '.join(t.user_attrs[JOB_ATTR]['run_dir'] for t in gone)}): marked FAIL", file=sys.stderr, flush=True)
+    from robustnlu.errors import RobustNLUError
+    from robustnlu.rundir import RunDir, optimized_value
+
+    told: dict[str, list[Any]] = {"finished": [], "failed": []}
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if not abandoned(trial):
+            continue
+        run = RunDir(Path(trial.user_attrs[JOB_ATTR]["run_dir"]))
+        try:
+            value = optimized_value(run.results(), optimized_metric) if run.finished() and optimized_metric else None
+        except (RobustNLUError, KeyError, TypeError):  # unreadable, or not the record of a run
+            value = None
+        if value is None:
+            study.tell(trial.number, state=TrialState.FAIL)
+        else:
+            study.tell(trial.number, value)
+        told["failed" if value is None else "finished"].append(trial)
+    for outcome, what in (("finished", "their runs finished: told their values"),
+                          ("failed", "their runs held by no live process and unfinished: marked FAIL")):
+        if told[outcome]:
+            trials = told[outcome]
+            print(f"note: study {study.study_name!r}: trial(s) {', '.join(str(t.number) for t in trials)} left RUNNING "
+                  f"by a search that is gone, {what} ({', '.join(t.user_attrs[JOB_ATTR]['run_dir'] for t in trials)})",
+                  file=sys.stderr, flush=True)
 
 
 class OptunaSweeper(Sweeper):
@@ -291,7 +311,7 @@ class OptunaSweeper(Sweeper):
         clash = settings_clash(study, settings, self.direction) or space_clash(study, space)
         if clash is not None:
             exit_with_error(ConfigError(clash))
-        fail_abandoned(study)
+        settle_abandoned(study, self.config.get("optimized_metric"))
         if SETTINGS_ATTR not in study.user_attrs:
             study.set_user_attr(SETTINGS_ATTR, settings)
         seed = OmegaConf.select(self.config, "hydra.sweeper.sampler.seed", default=None)
