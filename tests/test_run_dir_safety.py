@@ -131,6 +131,18 @@ def test_a_sweep_launched_again_without_resume_leaves_its_finished_jobs(sample, 
     assert {k: v for k, v in snapshot(job).items() if k in kept} == kept
 
 
+def test_a_sweep_into_a_folder_of_the_users_is_refused_before_anything_is_written(sample, tmp_path):
+    docs = tmp_path / "mydocs"
+    (docs / "figures").mkdir(parents=True)
+    (docs / "notes.txt").write_text("the user's notes\n")
+    (docs / "multirun.yaml").write_text("the user's own Hydra sweep\n")  # the sweeper wrote its own over it
+    before = snapshot(docs)
+    line = one_error(run_cli(["-m", *small(sample, tmp_path, "unused"), f"hydra.sweep.dir={docs}"], cwd=tmp_path))
+    assert line == (f"error: hydra.sweep.dir: {docs} holds files (notes.txt) and is not a sweep directory; a sweep "
+                    "needs a new or empty folder, or its own sweep directory")
+    assert snapshot(docs) == before
+
+
 def test_a_bad_value_removes_the_folders_it_created_and_no_parent_that_existed(sample, tmp_path):
     (tmp_path / "outputs").mkdir()
     proc = run_cli(small(sample, tmp_path, "outputs/new/deeper/run", "optimizer.lr=-1"), cwd=tmp_path)
