@@ -190,6 +190,18 @@ def hydra_message(err: CompactHydraException | yaml.YAMLError | UnicodeDecodeErr
     return "; ".join(parts)
 
 
+def group_value_problem(err: ValueError) -> str | None:
+    """Hydra's ValueError for a config group given a value that is not an option's name
+    (``method=null``, ``method=1``: raised from its defaults list, a traceback otherwise), on one
+    line naming the override; None for any other ValueError."""
+    frames = [frame for frame, _ in traceback.walk_tb(err.__traceback__)]
+    if not frames or not frames[-1].f_code.co_filename.endswith(os.path.join("hydra", "_internal", "defaults_list.py")):
+        return None
+    override = frames[-1].f_locals.get("override")
+    line = getattr(override, "input_line", None)
+    return f"{line}: {err}; a config group takes the name of one of its options" if line else None
+
+
 def program() -> str:
     """How the user called this command: ``python -m <module>``, or the console script's name."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
@@ -269,6 +281,11 @@ def hydra_app(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Calla
                 if cause is None:
                     raise
                 sys.exit(report(cause))
+            except ValueError as err:  # after InterpolationResolutionError, a ValueError too
+                problem = group_value_problem(err)
+                if problem is None:
+                    raise
+                sys.exit(report(ConfigError(problem)))
 
         return main
 

@@ -108,8 +108,9 @@ class NonFiniteLoss(RobustNLUError):
 
 
 class ResumeError(RobustNLUError):
-    """``resume=true`` found a run directory it cannot continue (e.g. a ``last.ckpt`` that is not
-    a readable checkpoint). The directory is the user's earlier run: it is never removed."""
+    """A run directory holds an earlier run this invocation may not continue (with ``resume=true``:
+    e.g. a ``last.ckpt`` that is not a readable checkpoint, other settings) or start over (without
+    it). The directory is the user's earlier run: it is never removed."""
 
     keeps_run_dir = True
 

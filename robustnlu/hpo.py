@@ -107,7 +107,7 @@ def retrain_overrides(overrides: list[str]) -> list[str]:
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     parser = CommandLineParser(
-        prog="python -m robustnlu.hpo", description=__doc__.split("\n\n")[0],
+        prog="python -m robustnlu.hpo", description=__doc__.split("\n\nWhy argparse")[0],  # the protocol and its example
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--top", type=int, default=2, help="settings to retrain (paper: 2)")
     parser.add_argument("--retrain-seed", type=int, default=None,

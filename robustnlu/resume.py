@@ -45,6 +45,7 @@ from robustnlu.errors import DataError, ResumeError
 from robustnlu.io import atomic_write_json, atomic_write_text
 from robustnlu.paths import upgrade_run_config
 from robustnlu.rundir import LAST_CHECKPOINT, RunDir
+from robustnlu.rundir_claim import secondary_process
 from robustnlu.sweep_jobs import NEUTRAL_SETTINGS, under
 
 #: a setting absent from one of the two configs
@@ -183,10 +184,13 @@ class ContinuedExperimentWriter(ExperimentWriter):
 
 
 def resume_point(out_dir: Path, resume: bool) -> ResumePoint:
-    """Where a run in ``out_dir`` starts: from scratch unless ``resume`` (or a Slurm requeue)."""
-    if not (resume or requeued()):
-        return ResumePoint()
+    """Where a run in ``out_dir`` starts: from scratch unless ``resume`` (or a Slurm requeue),
+    and from scratch only in a folder that holds no earlier run's results or checkpoints
+    (`refuse_earlier_run`)."""
     run = RunDir(out_dir)
+    if not (resume or requeued()):
+        refuse_earlier_run(run)
+        return ResumePoint()
     if run.finished() and (run.status() or {}).get("state") == "finished":
         return ResumePoint(results=run.results())
     last = run.last_checkpoint
@@ -199,6 +203,25 @@ def resume_point(out_dir: Path, resume: bool) -> ResumePoint:
     clock = (meta.get("callbacks") or {}).get(LastCheckpoint.__qualname__) or {}
     return ResumePoint(checkpoint=last, global_step=int(meta["global_step"]), epoch=int(meta["epoch"]),
                        fit_time_s=clock.get("fit_time_s"))
+
+
+def refuse_earlier_run(run: RunDir) -> None:
+    """A new run (no ``resume=true``) never writes over an earlier one: a folder holding a
+    finished run's ``results.json`` or an unfinished run's checkpoints is refused with
+    `ResumeError` (the folder is kept as it is). A folder with only a failed job's record, or a
+    run killed before its first checkpoint, has nothing to lose and is started in. Lightning's
+    DDP processes after the first re-run the command once the first has started: not asked."""
+    if secondary_process():
+        return
+    checkpoints = sorted(run.last_checkpoint.parent.glob("*.ckpt"))
+    if run.finished():
+        found = f"a finished run ({run.results_file.name}); resume=true returns its result"
+    elif checkpoints:
+        shown = LAST_CHECKPOINT if run.last_checkpoint in checkpoints else checkpoints[-1].relative_to(run.path)
+        found = f"an unfinished run ({shown}); resume=true continues it"
+    else:
+        return
+    raise ResumeError(f"hydra.run.dir: {run.path} holds {found}; a new run needs a new or empty folder")
 
 
 def discard_last_checkpoint(out_dir: Path) -> None:

@@ -103,6 +103,20 @@ class Claim:
         self.restore()
 
 
+#: the files a training sweep's folder holds beside its jobs' folders: Hydra's record of the sweep,
+#: the Optuna sweeper's result, `robustnlu.hpo`'s and the efficiency protocol's records
+SWEEP_FILES = ("multirun.yaml", "optimization_results.yaml", "best_params.json", "protocol.json")
+
+
+def foreign_sweep_files(path: Path) -> list[str]:
+    """The files directly in the folder ``path`` (if it exists) that no sweep writes there (`SWEEP_FILES`,
+    `own_entry`): a folder of the user's rather than a sweep's. Sub-folders are the sweep's jobs'."""
+    if not path.is_dir():
+        return []
+    return sorted(p.name for p in path.iterdir()
+                  if not p.is_dir() and p.name not in SWEEP_FILES and not own_entry(p.name))
+
+
 #: this process's claims, by absolute path
 CLAIMS: dict[Path, Claim] = {}
 
@@ -216,8 +230,16 @@ class RunDirOwnership(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Whether the sweep's folder can be made, tried here so that one that cannot is one error line,
         not the sweeper's traceback. What the try made is removed again: the sweeper makes the folder
-        when it launches, and a sweep it refuses before that (a bad Optuna setting) leaves nothing."""
+        when it launches, and a sweep it refuses before that (a bad Optuna setting) leaves nothing.
+        ``exclusive``: a folder with files that no sweep writes is refused (`foreign_sweep_files`):
+        the sweeper would write its ``multirun.yaml`` over one of the user's and the jobs' folders
+        among the user's files."""
         path = Path(config.hydra.sweep.dir)
+        foreign = foreign_sweep_files(path) if self.exclusive else []
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            exit_with_error(ConfigError(f"hydra.sweep.dir: {path.absolute()} holds files ({shown}) and is not a sweep "
+                                        "directory; a sweep needs a new or empty folder, or its own sweep directory"))
         made = [p for p in (path, *path.parents) if not p.exists()]  # the deepest first
         try:
             path.mkdir(parents=True, exist_ok=True)

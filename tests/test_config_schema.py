@@ -53,6 +53,10 @@ BAD_VALUES = {
     "no such option": (["optimizer=sgd"],
                        "error: In 'config': Could not find 'optimizer/sgd'; Available options in 'optimizer': "
                        "adamw, conatural"),
+    # a group given no option's name: Hydra's ValueError was a traceback
+    "group set to null": (["hparams_search=null"],
+                          "error: hparams_search=null: Config group override must be a string or a list. Got NoneType; "
+                          "a config group takes the name of one of its options"),
     # the former top-level group source: the line names its spelling inside the method's node
     "old group source spelling": (["method=topk_group", "adversary=lda_topics"],
                                   "error: Could not override 'adversary'. No match in the defaults list; To append "

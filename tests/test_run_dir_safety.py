@@ -105,6 +105,44 @@ def test_a_new_run_into_a_folder_that_is_not_a_run_is_refused_before_anything_is
     assert snapshot(docs) == before
 
 
+@pytest.mark.parametrize(("earlier", "held"), [
+    ("finished_run", "a finished run (results.json); resume=true returns its result"),
+    ("killed_run", "an unfinished run (checkpoints/last.ckpt); resume=true continues it"),
+])
+def test_a_new_run_into_an_earlier_run_is_refused_and_changes_nothing(sample, tmp_path, request, earlier, held):
+    # resume=true forgotten, or another run's command pointed at the folder: without the refusal it
+    # trained from scratch there, over the finished run's results and the killed run's last.ckpt
+    run_dir = copy_of(request.getfixturevalue(earlier), tmp_path)
+    before = snapshot(run_dir)
+    line = one_error(run_cli(small(sample, tmp_path, run_dir, "method=topk"), cwd=tmp_path))
+    assert line == f"error: hydra.run.dir: {run_dir} holds {held}; a new run needs a new or empty folder"
+    assert snapshot(run_dir) == before
+
+
+def test_a_sweep_launched_again_without_resume_leaves_its_finished_jobs(sample, tmp_path):
+    sweep = ["-m", *small(sample, tmp_path, tmp_path / "unused", "trainer.max_epochs=1"), "seed=0",
+             f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    assert run_cli(sweep, cwd=tmp_path).returncode == 0
+    (job,) = [p for p in (tmp_path / "sweep").iterdir() if p.is_dir()]
+    kept = {k: v for k, v in snapshot(job).items() if not k.startswith(".hydra") and not k.endswith(".log")}
+    again = run_cli(sweep, cwd=tmp_path)
+    assert again.returncode == 1
+    assert f"error: hydra.run.dir: {job} holds a finished run (results.json)" in again.stderr
+    assert {k: v for k, v in snapshot(job).items() if k in kept} == kept
+
+
+def test_a_sweep_into_a_folder_of_the_users_is_refused_before_anything_is_written(sample, tmp_path):
+    docs = tmp_path / "mydocs"
+    (docs / "figures").mkdir(parents=True)
+    (docs / "notes.txt").write_text("the user's notes\n")
+    (docs / "multirun.yaml").write_text("the user's own Hydra sweep\n")  # the sweeper wrote its own over it
+    before = snapshot(docs)
+    line = one_error(run_cli(["-m", *small(sample, tmp_path, "unused"), f"hydra.sweep.dir={docs}"], cwd=tmp_path))
+    assert line == (f"error: hydra.sweep.dir: {docs} holds files (notes.txt) and is not a sweep directory; a sweep "
+                    "needs a new or empty folder, or its own sweep directory")
+    assert snapshot(docs) == before
+
+
 def test_a_bad_value_removes_the_folders_it_created_and_no_parent_that_existed(sample, tmp_path):
     (tmp_path / "outputs").mkdir()
     proc = run_cli(small(sample, tmp_path, "outputs/new/deeper/run", "optimizer.lr=-1"), cwd=tmp_path)

@@ -179,8 +179,10 @@ def main(argv: list[str] | None = None) -> int:
                                formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--percents", type=numbers(float), default=subset_percentages(),
                         help="comma-separated subset percentages (default: the paper's 0,1,2,4,7,12,21,36,60,100)")
-    parser.add_argument("--seeds", type=numbers(int), default=[0], help="comma-separated seeds (paper: 0; its variance study 0,1,2)")
-    parser.add_argument("--mode", choices=("joint", "adapt"), default="joint")
+    parser.add_argument("--seeds", type=numbers(int), default=[0], help="comma-separated seeds (default 0, the paper's; its variance study 0,1,2)")
+    parser.add_argument("--mode", choices=("joint", "adapt"), default="joint",
+                        help="joint (default, the paper's): the source domains plus each subset; adapt: a source "
+                             "model per seed, then fine-tuned on each subset alone")
     parser.add_argument("--reach", type=numbers(float), default=[80, 90], help="'what %% reaches y%% exact match?' (default 80,90)")
     parser.add_argument("--at", type=numbers(float), default=[10, 50], help="'what exact match at x%%?' (default 10,50)")
     parser.add_argument("--label", default=None, help="the curve's name in the plot (default: target and mode)")

@@ -8,7 +8,8 @@ statistics table. ``--inspect`` (``--inspect=N``) also prints the 5 (N) largest 
 clusters, a few utterances each, like the paper's Table 5; it is rewritten to the override
 ``inspect=5`` (``inspect=N``) before Hydra reads the command line, so ``inspect=N`` works too.
 
-``--verify`` (``verify=true``) writes nothing: it computes the clustering of the selected dataset
+``--verify`` (``verify=true``) writes no split (its run directory holds Hydra's record and log
+only): it computes the clustering of the selected dataset
 and drift config on this machine and compares it with the shipped canonical one
 (`robustnlu.seqdrift.shipped`): exit 0 if identical, 1 if not (with the adjusted Rand index).
 
