@@ -16,6 +16,7 @@ import torch
 
 from integration_helpers import FAST, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu.checkpoint import HYPER_PARAMETERS
+from robustnlu.errors import ResumeError
 from robustnlu.resume import LastCheckpoint, ResumePoint, resume_point
 
 STEPS_PER_EPOCH = 15  # 240 training utterances in batches of 16
@@ -112,12 +113,14 @@ def run_dir(tmp_path):
     return tmp_path
 
 
-def test_without_resume_a_run_starts_from_scratch_even_where_a_checkpoint_is(run_dir, monkeypatch):
+def test_without_resume_a_run_starts_from_scratch_only_where_no_checkpoint_is(run_dir, monkeypatch):
     monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
-    assert resume_point(run_dir, resume=False) == ResumePoint()
+    with pytest.raises(ResumeError, match=r"holds an unfinished run \(checkpoints/last.ckpt\); resume=true continues it"):
+        resume_point(run_dir, resume=False)
     assert resume_point(run_dir, resume=True) == ResumePoint(checkpoint=run_dir / "checkpoints" / "last.ckpt",
                                                             global_step=7, epoch=0)
-    assert resume_point(run_dir / "elsewhere", resume=True) == ResumePoint()  # nothing there yet: start
+    for resume in (False, True):  # nothing there yet: start
+        assert resume_point(run_dir / "elsewhere", resume=resume) == ResumePoint()
 
 
 def test_a_resumed_run_records_the_fit_time_of_the_sessions_before(run_dir):
@@ -139,8 +142,9 @@ def test_a_resumed_run_records_the_fit_time_of_the_sessions_before(run_dir):
 def test_a_requeued_slurm_job_resumes_without_being_asked(run_dir, monkeypatch):
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
     assert resume_point(run_dir, resume=False).global_step == 7
-    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")  # the first start of a job
-    assert resume_point(run_dir, resume=False).checkpoint is None
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")  # the first start of a job: a new run, refused over a checkpoint
+    with pytest.raises(ResumeError, match="holds an unfinished run"):
+        resume_point(run_dir, resume=False)
 
 
 def test_a_finished_run_is_not_resumed_but_an_unfinished_one_is(run_dir):
