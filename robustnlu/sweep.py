@@ -3,7 +3,7 @@ sweep (``python -m robustnlu -m ...``), and running again only what has not fini
 also for a SeqDrift sweep (``python -m robustnlu.seqdrift -m ...``).
 
 ``status`` lists the sweep's jobs, a job that never started too, each with its state (``finished``,
-``failed`` with its error line, ``running``, ``interrupted``, ``missing``), its folder and the
+``failed`` with its error line, ``running``, ``queued``, ``interrupted``, ``missing``), its folder and the
 overrides that tell it from the other jobs; the jobs of every sweep launched into the directory,
 the latest's first (a sweep with other values into the same directory keeps the earlier one's
 record, `robustnlu.sweep_jobs.keep_replaced`). How each app's states are read from the folders and how
@@ -15,7 +15,7 @@ dir>/source`` and ``<sweep dir>/adapt/seed<N>``, which ``status <sweep dir>`` li
 (`robustnlu.efficiency.__main__`).
 
 ``relaunch`` runs the jobs of a training sweep that are failed, interrupted or missing — not the
-finished ones, not those running — with the launcher and settings of the sweep that asked for each
+finished ones, not those running or queued in Slurm — with the launcher and settings of the sweep that asked for each
 (its ``hydra.*`` overrides: launcher, partition, ``hydra.sweep.subdir``, ...), each with its own
 overrides plus ``resume=true``, into the same sweep directory and folders. It writes the list to
 ``<sweep dir>/.relaunch/<time>.json``, prints the command and runs it (``--dry-run``: prints only);
@@ -151,10 +151,10 @@ def relaunch(path: Path, dry_run: bool) -> int:
         if job.state in UNFINISHED and key not in seen:
             seen.add(key)
             todo.append(job)
-    running = [j for j in listed if j.state == "running"]
+    counts = {state: sum(j.state == state for j in listed) for state in ("finished", "running", "queued")}
     keys = varying([j.overrides for j in listed]) if len(listed) > 1 else set()
-    print(f"{path}: {len(listed)} jobs, {sum(j.state == 'finished' for j in listed)} finished, "
-          f"{len(running)} running (left alone), {len(todo)} to run again")
+    print(f"{path}: {len(listed)} jobs, {counts['finished']} finished, {counts['running']} running, "
+          f"{counts['queued']} queued (left alone), {len(todo)} to run again")
     for job in todo:
         print(f"  {job.state:<12} {shown_overrides(job.overrides, keys)}")
     if not todo:

@@ -10,6 +10,9 @@ the earlier sweeps into the same directory that it does not hold (their records 
   leaves such a record; one that crashed also its ``traceback.txt``);
 - ``running``: the process that holds its folder (``run.lock``) is alive — checked on this host,
   through ``squeue`` for a Slurm job elsewhere, otherwise not known and shown as running;
+- ``queued``: Slurm holds a job for it that waits to start (submitted behind others, or requeued
+  after a time-out or preemption), whatever its folder says (`slurm_queue`); a job Slurm has
+  started before it made its folder is ``running``;
 - ``interrupted``: started, but its process is gone (killed, timed out, the node lost) or a
   signal ended it; ``resume=true`` continues it from its ``last.ckpt``;
 - ``missing``: no folder holds it (never started, or the sweep was ended before it).
@@ -32,6 +35,8 @@ below it (`sweeps_in`).
 
 from __future__ import annotations
 
+import pickle
+import re
 import shutil
 import socket
 import subprocess
@@ -46,10 +51,15 @@ from robustnlu.runlock import holder
 from robustnlu.seqdrift.artifact import STATS_TABLE_FILE
 from robustnlu.sweep_jobs import MULTIRUN_FILE, Sweep, job_hash, job_list, read_sweep, read_sweeps
 
-STATES = ("finished", "failed", "running", "interrupted", "missing")
+STATES = ("finished", "failed", "running", "queued", "interrupted", "missing")
 #: Slurm job states (``squeue -o %T``) of a job that has not ended
 SLURM_ALIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
                          "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT"})
+#: those of a job that waits to start (submitted, or requeued after a time-out or preemption)
+SLURM_WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+#: hydra-submitit-launcher's folder in a sweep directory (conf/hydra/launcher/slurm.yaml,
+#: ``submitit_folder``): ``<Slurm job id>/<Slurm job id>_submitted.pkl`` per job, written at submission
+SUBMITIT_DIR = ".submitit"
 #: what the state of a job in its folder is read as: (state, error line, note)
 JobState = tuple[str, str | None, str | None]
 #: the training app's config (``python -m robustnlu``): the sweeps relaunch knows how to run
@@ -86,6 +96,36 @@ def slurm_alive(job_id: str) -> bool | None:
         return False if "Invalid job id" in proc.stderr else None  # purged from Slurm's memory: long ended
     states = set(proc.stdout.split())
     return bool(states & SLURM_ALIVE)
+
+
+def slurm_queue(path: Path) -> dict[str, tuple[str, str]]:
+    """The jobs of the sweep in ``path`` that Slurm holds and that have not ended, by
+    `robustnlu.sweep_jobs.job_hash` of their overrides: (Slurm job id, its state). A job submitted
+    and still pending, or requeued, has no folder or one its process left: only Slurm knows it will
+    run. Slurm's own jobs (``squeue --me``) are matched to submitit's folders in
+    `SUBMITIT_DIR` (named by job id), whose pickled submission holds the job's overrides (the
+    launcher's call: overrides first). Empty where Slurm cannot be asked."""
+    folder = path / SUBMITIT_DIR
+    if not folder.is_dir() or not shutil.which("squeue"):
+        return {}
+    try:
+        proc = subprocess.run(["squeue", "-h", "-r", "--me", "-o", "%i %T"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    found = {}
+    for line in proc.stdout.splitlines() if proc.returncode == 0 else ():
+        job_id, state = line.split()
+        submitted = folder / job_id / f"{job_id}_submitted.pkl"
+        if state not in SLURM_ALIVE or not re.fullmatch(r"\d+(_\d+)?", job_id) or not submitted.is_file():
+            continue
+        try:
+            with submitted.open("rb") as file:
+                overrides = pickle.load(file).args[0]
+        except Exception:  # noqa: BLE001 - a submission of another tool or version: not a sweep job of ours
+            continue
+        found[job_hash(list(overrides))] = (job_id, state)
+    return found
 
 
 def alive(record: dict[str, Any]) -> bool | None:
@@ -194,6 +234,21 @@ def preferred(states: dict[RunDir, JobState]) -> RunDir:
     return max(states, key=lambda r: (states[r][0] == "finished", r.path.stat().st_mtime))
 
 
+def queued(job: Job, slurm: tuple[str, str] | None) -> Job:
+    """``job`` as Slurm tells it where its folder does not (`slurm_queue`): a job that is failed,
+    interrupted or missing there but that Slurm holds waiting to start (submitted behind others, or
+    requeued after a time-out) is ``queued``; one without a folder that Slurm has started is
+    ``running``. A started job with a folder is told by its folder: its lock once it holds it, its
+    record (failed, interrupted) while its Slurm job is still ending."""
+    if slurm is None or job.state in ("finished", "running"):
+        return job
+    job_id, state = slurm
+    if state in SLURM_WAITING or job.folder is None:
+        job.note = "; ".join(filter(None, [f"Slurm job {job_id} {state}", job.note]))
+        job.state = "queued" if state in SLURM_WAITING else "running"
+    return job
+
+
 def sweep_status(path: Path) -> tuple[Sweep | None, list[Job]]:
     """The sweep in ``path`` (its multirun.yaml) and its jobs: the job list of every sweep into
     ``path`` in order (`robustnlu.sweep_jobs.job_list`: the latest's, then the earlier ones' it does
@@ -214,6 +269,7 @@ def sweep_status(path: Path) -> tuple[Sweep | None, list[Job]]:
                               "python -m robustnlu.seqdrift, whose jobs record their overrides and state in their folders")
     sweep = sweeps[0] if sweeps and not sweeps[0].earlier else None
     folders = job_folders(path)
+    queue = slurm_queue(path)
     jobs: list[Job] = []
     first: dict[str, int] = {}
     for position, (listing, overrides) in enumerate(job_list(sweeps)):
@@ -226,7 +282,7 @@ def sweep_status(path: Path) -> tuple[Sweep | None, list[Job]]:
         first[key] = position
         runs = folders.pop(key, [])
         if not runs:
-            jobs.append(Job(overrides, None, "missing", sweep=listing))
+            jobs.append(queued(Job(overrides, None, "missing", sweep=listing), queue.get(key)))
             continue
         state_of = JOB_STATES[listing.config_name]
         states = {run: state_of(run) for run in runs}
@@ -235,7 +291,7 @@ def sweep_status(path: Path) -> tuple[Sweep | None, list[Job]]:
         if len(runs) > 1:
             others = ", ".join(r.path.name for r in runs if r != run)
             note = "; ".join(filter(None, [note, f"also in {others}"]))
-        jobs.append(Job(overrides, run.path, state, error, note, sweep=listing))
+        jobs.append(queued(Job(overrides, run.path, state, error, note, sweep=listing), queue.get(key)))
     state_of = JOB_STATES[sweep.config_name if sweep is not None else TRAINING_CONFIG]
     for runs in folders.values():
         for run in runs:

@@ -157,7 +157,7 @@ def test_status_tells_each_job_of_the_list_finished_failed_running_interrupted_o
     assert main(["status", str(sweep)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].endswith("6 jobs (its multirun.yaml's job list): 1 finished, 1 failed, 1 running, "
-                           "2 interrupted, 1 missing")
+                           "0 queued, 2 interrupted, 1 missing")
     failed = next(i for i, line in enumerate(out) if line.split()[0] == "failed")
     assert out[failed].split()[-1] == "seed=1"
     assert out[failed + 1].split(None, 1) == ["error:", "optimizer.lr: must be > 0 (got -1)"]
@@ -229,7 +229,7 @@ def test_status_of_a_sweep_without_a_job_list_counts_the_jobs_its_folders_hold(t
     assert main(["status", str(sweep)]) == 0
     summary = capsys.readouterr().out.splitlines()[0]
     assert summary.split(": ", 1)[1].startswith("3 jobs (")
-    assert summary.endswith(": 2 finished, 1 failed, 0 running, 0 interrupted, 0 missing")
+    assert summary.endswith(": 2 finished, 1 failed, 0 running, 0 queued, 0 interrupted, 0 missing")
 
 
 def test_status_tells_a_seqdrift_jobs_state_by_its_files_and_lock_and_refuses_apps_whose_jobs_record_none(
@@ -264,7 +264,7 @@ def test_status_tells_a_seqdrift_jobs_state_by_its_files_and_lock_and_refuses_ap
     assert _states(sweep)["dataset=snips validation=iid drift=slot_value drift.seed=0"] == ("missing", None)
     assert main(["status", str(sweep)]) == 0
     assert capsys.readouterr().out.splitlines()[0].endswith(
-        "8 jobs (its multirun.yaml's job list): 1 finished, 1 failed, 2 running, 2 interrupted, 2 missing")
+        "8 jobs (its multirun.yaml's job list): 1 finished, 1 failed, 2 running, 0 queued, 2 interrupted, 2 missing")
     with pytest.raises(ConfigError) as refused:
         relaunch(sweep, dry_run=True)
     assert str(refused.value) == (f"{sweep}: a sweep of the 'seqdrift' app; relaunch runs training sweeps "
@@ -285,7 +285,7 @@ def test_relaunch_runs_the_unfinished_jobs_with_the_sweeps_launcher_and_resume(t
                    lock={"pid": os.getpid(), "host": socket.gethostname()})
     assert relaunch(sweep, dry_run=True) == 0
     out = capsys.readouterr().out
-    assert "1 running (left alone), 0 to run again" in out and "nothing to relaunch" in out
+    assert "1 running, 0 queued (left alone), 0 to run again" in out and "nothing to relaunch" in out
     (running / LOCK_NAME).unlink()  # its process is gone
     assert relaunch(sweep, dry_run=True) == 0
     out = capsys.readouterr().out
@@ -323,10 +323,10 @@ def test_status_and_relaunch_list_the_jobs_of_every_sweep_launched_into_the_dire
     assert main(["status", str(sweep)]) == 0
     assert capsys.readouterr().out.splitlines()[0] == (
         f"{sweep}: 4 jobs (its multirun.yaml's job list and those of 1 earlier sweep(s) into it (.multirun/)): "
-        "2 finished, 0 failed, 0 running, 0 interrupted, 2 missing")
+        "2 finished, 0 failed, 0 running, 0 queued, 0 interrupted, 2 missing")
     assert relaunch(sweep, dry_run=True) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"{sweep}: 4 jobs, 2 finished, 0 running (left alone), 2 to run again"
+    assert out[0] == f"{sweep}: 4 jobs, 2 finished, 0 running, 0 queued (left alone), 2 to run again"
     commands = [line for line in out if line.startswith("+ cd ")]
     assert len(commands) == 2  # one per sweep: their launchers differ
     assert "hydra/launcher=slurm" not in commands[0] and "hydra/launcher=slurm" in commands[1]
@@ -337,7 +337,7 @@ def test_status_and_relaunch_list_the_jobs_of_every_sweep_launched_into_the_dire
     assert len(sweep_status(sweep)[1]) == 4
     assert main(["status", str(sweep)]) == 0
     assert capsys.readouterr().out.splitlines()[0].endswith(" 4 jobs (its multirun.yaml's job list): 2 finished, "
-                                                             "0 failed, 0 running, 0 interrupted, 2 missing")
+                                                             "0 failed, 0 running, 0 queued, 0 interrupted, 2 missing")
 
 
 @pytest.mark.parametrize("case,expected", [
@@ -421,7 +421,7 @@ def test_a_killed_sweep_is_relaunched_and_extended_without_training_its_finished
 
     proc = run_cli(["relaunch", str(sweep)], cwd=tmp_path, module="robustnlu.sweep")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "4 jobs, 2 finished, 0 running (left alone), 2 to run again" in proc.stdout
+    assert "4 jobs, 2 finished, 0 running, 0 queued (left alone), 2 to run again" in proc.stdout
     assert "hydra/sweeper=joblist" in proc.stdout and proc.stdout.count("resume=true: the run in") == 0
     states = _status(sweep, tmp_path)
     assert {s for s, _ in states.values()} == {"finished"}
@@ -460,7 +460,7 @@ def test_a_sweep_with_other_values_into_the_directory_of_a_killed_one_keeps_its_
         "method=topk seed=0": "finished", "seed=0": "interrupted", "seed=1": "missing"}
     proc = run_cli(["relaunch", "--dry-run", str(sweep)], cwd=tmp_path, module="robustnlu.sweep")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.splitlines()[0] == f"{sweep}: 3 jobs, 1 finished, 0 running (left alone), 2 to run again"
+    assert proc.stdout.splitlines()[0] == f"{sweep}: 3 jobs, 1 finished, 0 running, 0 queued (left alone), 2 to run again"
 
 
 def test_a_sweep_with_a_bad_value_and_a_crash_shows_each_failed_job_with_its_error(tmp_path):
@@ -476,7 +476,7 @@ def test_a_sweep_with_a_bad_value_and_a_crash_shows_each_failed_job_with_its_err
     assert status.returncode == 0, status.stderr[-3000:]
     lines = status.stdout.splitlines()
     assert lines[0].endswith("4 jobs (its multirun.yaml's job list): 1 finished, 3 failed, 0 running, "
-                             "0 interrupted, 0 missing")
+                             "0 queued, 0 interrupted, 0 missing")
     lines += ["", ""]
     rows = {" ".join(line.split()[2:]): (line.split()[0], lines[i + 1].strip(), lines[i + 2].strip())
             for i, line in enumerate(lines[1:-2], 1) if line.split()[0] in ("finished", "failed")}

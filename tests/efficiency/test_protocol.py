@@ -179,7 +179,7 @@ def test_the_protocols_runs_are_named_by_their_jobs_so_status_and_relaunch_find_
     proc = subprocess.run([sys.executable, "-m", "robustnlu.sweep", "relaunch", str(swapped)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600, env=cli_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "2 jobs, 1 finished, 0 running (left alone), 1 to run again" in proc.stdout
+    assert "2 jobs, 1 finished, 0 running, 0 queued (left alone), 1 to run again" in proc.stdout
     assert job_folders(swapped) == names
     assert (swapped / names[0] / "results.json").read_bytes() == kept
 

@@ -321,7 +321,7 @@ def test_a_slurm_sweeps_failed_job_is_recorded_and_relaunch_runs_the_missing_one
 
     proc = run_cli(["relaunch", str(sweep_dir)], cwd=tmp_path, module="robustnlu.sweep")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-5000:]  # the bad values fail again
-    assert "4 jobs, 1 finished, 0 running (left alone), 3 to run again" in proc.stdout
+    assert "4 jobs, 1 finished, 0 running, 0 queued (left alone), 3 to run again" in proc.stdout
     command = next(line for line in proc.stdout.splitlines() if line.startswith("+ cd "))
     assert " ".join(launcher) in command and "hydra/sweeper=joblist" in command and command.endswith("resume=true")
     jobs = status()
@@ -375,3 +375,42 @@ def test_local_launcher_runs_a_two_job_sweep_in_parallel(tmp_path):
     ends = [(job / "results.json").stat().st_mtime for job in jobs]
     assert max(starts) < min(ends), (starts, ends)
     assert len(list((sweep_dir / ".submitit").glob("*/*_log.out"))) == 2
+
+
+@pytest.mark.slurm
+def test_status_shows_a_job_pending_in_slurm_as_queued_and_relaunch_leaves_it_alone(slurm, tmp_path):
+    """A 2-job Slurm sweep run one job at a time (array_parallelism=1): while job 0 trains, job 1
+    waits in Slurm's queue with no folder yet. `status` says so (``queued``, not ``missing``) and
+    `relaunch` leaves it alone (it used to submit it a second time). ~40 s."""
+    sample = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=30)
+    sweep_dir = tmp_path / "multirun"
+    args = ["-m", *FAST, "trainer.max_epochs=60", "~callbacks.early_stopping", *jsonl_overrides(sample), "seed=1,2",
+            "hydra/launcher=slurm", "hydra.launcher.mem_gb=1", "hydra.launcher.cpus_per_task=1",
+            "hydra.launcher.timeout_min=20", "hydra.launcher.array_parallelism=1", f"hydra.sweep.dir={sweep_dir}"]
+    with (tmp_path / "driver.log").open("w") as driver_log:
+        driver = subprocess.Popen([sys.executable, "-m", "robustnlu", *args], cwd=tmp_path, env=cli_env(),
+                                  stdout=driver_log, stderr=subprocess.STDOUT)
+    array = None
+    try:
+        started = time.time()
+        while not list(sweep_dir.glob("*/run.lock")) and time.time() - started < 120:  # job 0 trains
+            time.sleep(0.5)
+        array = _array_task_id(sweep_dir, 1).split("_")[0]
+        assert _scontrol_job(f"{array}_1").get("JobState") == "PENDING"
+        out = run_cli(["status", "--json", str(sweep_dir)], cwd=tmp_path, module="robustnlu.sweep")
+        assert out.returncode == 0, out.stderr[-3000:]
+        jobs = {next(o for o in j["overrides"] if o.startswith("seed=")): j for j in map(json.loads, out.stdout.splitlines())}
+        assert jobs["seed=1"]["state"] == "running"
+        assert jobs["seed=2"]["state"] == "queued" and jobs["seed=2"]["folder"] is None, jobs["seed=2"]
+        assert f"Slurm job {array}_1 PENDING" in jobs["seed=2"]["note"]
+        proc = run_cli(["relaunch", str(sweep_dir)], cwd=tmp_path, module="robustnlu.sweep")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "2 jobs, 0 finished, 1 running, 1 queued (left alone), 0 to run again" in proc.stdout
+        assert "nothing to relaunch" in proc.stdout and not (sweep_dir / ".relaunch").exists()
+        assert driver.wait(timeout=300) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            if array:
+                subprocess.run(["scancel", array])
+    assert sorted(_results(sweep_dir)) == [1, 2]
