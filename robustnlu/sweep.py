@@ -1,23 +1,23 @@
-"""``python -m robustnlu.sweep status|relaunch SWEEP_DIR``: what became of each job of a training
-sweep (``python -m robustnlu -m ...``), and running again only what has not finished; ``status``
-also for a SeqDrift sweep (``python -m robustnlu.seqdrift -m ...``).
+"""``python -m robustnlu.sweep status|relaunch SWEEP_DIR``: what became of each job of a training sweep
+(``python -m robustnlu -m ...``), and running again only what has not finished; ``status`` also for
+a SeqDrift sweep (``python -m robustnlu.seqdrift -m ...``).
 
 ``status`` lists the sweep's jobs, a job that never started too, each with its state (``finished``,
-``failed`` with its error line, ``running``, ``queued``, ``interrupted``, ``missing``), its folder and the
-overrides that tell it from the other jobs; the jobs of every sweep launched into the directory,
-the latest's first (a sweep with other values into the same directory keeps the earlier one's
-record, `robustnlu.sweep_jobs.keep_replaced`). How each app's states are read from the folders and how
-a job's folder is found by the job's identity (the hash of its recorded task overrides) is
-`robustnlu.sweep_state`'s. A folder that holds sweeps rather than jobs gets the status of each
-sweep below it (`sweeps_in`; ``--json``: each job's object names its ``sweep``). The efficiency
-protocol's sweeps are training sweeps: ``<sweep dir>``, or with ``--mode adapt`` ``<sweep
-dir>/source`` and ``<sweep dir>/adapt/seed<N>``, which ``status <sweep dir>`` lists in turn
+``failed`` with its error line, ``running``, ``queued``, ``interrupted``, ``missing``), its folder
+and the overrides that tell it from the other jobs; the jobs of every sweep launched into the
+directory, the latest's first (a sweep with other values into the same directory keeps the earlier
+one's record, `robustnlu.sweep_jobs.keep_replaced`). How each app's states are read from the folders
+and how a job's folder is found by the job's identity (the hash of its recorded task overrides) is
+`robustnlu.sweep_state`'s. A folder that holds sweeps rather than jobs gets the status of each sweep
+below it (`sweeps_in`; ``--json``: each job's object names its ``sweep``). The efficiency protocol's
+sweeps are training sweeps: ``<sweep dir>``, or with ``--mode adapt`` ``<sweep dir>/source`` and
+``<sweep dir>/adapt/seed<N>``, which ``status <sweep dir>`` lists in turn
 (`robustnlu.efficiency.__main__`).
 
 ``relaunch`` runs the jobs of a training sweep that are failed, interrupted or missing — not the
-finished ones, not those running or queued in Slurm — with the launcher and settings of the sweep that asked for each
-(its ``hydra.*`` overrides: launcher, partition, ``hydra.sweep.subdir``, ...), each with its own
-overrides plus ``resume=true``, into the same sweep directory and folders. It writes the list to
+finished ones, not those running or queued in Slurm — with the launcher and settings of the sweep
+that asked for each (its ``hydra.*`` overrides: launcher, partition, ``hydra.sweep.subdir``, ...),
+each with its own overrides plus ``resume=true``, into the same sweep directory and folders. It writes the list to
 ``<sweep dir>/.relaunch/<time>.json``, prints the command and runs it (``--dry-run``: prints only);
 one command for each set of settings where the directory's sweeps differ in them:
 ``python -m robustnlu -m hydra/sweeper=joblist ...``
