@@ -63,6 +63,7 @@ from robustnlu.predictor import Predictor
 from robustnlu.rundir import RunDir, status_record
 from robustnlu.rundir_claim import unclaim
 from robustnlu.scenario import Scenario
+from robustnlu.sweep_jobs import RELAUNCHABLE_SWEEPERS
 from robustnlu.resume import (ResumableCSVLogger, ResumePoint, check_settings, discard_last_checkpoint, record_wandb_run,
                               resume_point)
 from robustnlu.seqdrift.pipeline import make_drift_split
@@ -264,6 +265,25 @@ def write_failure(err: OSError, out_dir: Path) -> RunWriteError:
     return RunWriteError(line)
 
 
+def what_ended(err: BaseException) -> BaseException:
+    """The exception that ended a run: Lightning ends a Ctrl-C with ``exit(1)`` once it has shut
+    down, a SystemExit whose context is the KeyboardInterrupt."""
+    context = err.__context__
+    return context if isinstance(err, SystemExit) and isinstance(context, KeyboardInterrupt) else err
+
+
+def how_to_continue(out_dir: Path) -> str | None:
+    """The command that continues the interrupted run in ``out_dir`` (`robustnlu.resume`): a single
+    run's with ``resume=true``, a sweep's job's its sweep's relaunch; None for a search's trial (the
+    search records it as failed and proposes the next points itself)."""
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return f"python -m robustnlu <the same overrides> resume=true hydra.run.dir={out_dir}"
+    hydra = HydraConfig.get()
+    if hydra.sweeper.get("_target_") in RELAUNCHABLE_SWEEPERS:
+        return f"python -m robustnlu.sweep relaunch {hydra.sweep.dir}"
+    return None
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     started = time.time()
     out_dir = Path(cfg.paths.output_dir)
@@ -287,8 +307,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if isinstance(err, OSError) and err.errno in WRITE_ERRNOS:  # a full disk, a folder not writable
             raise write_failure(err, out_dir) from None
         # SystemExit / KeyboardInterrupt: a signal (a Slurm requeue, Ctrl-C)
-        state = "interrupted" if isinstance(err, (SystemExit, KeyboardInterrupt)) else "failed"
-        write_status(out_dir, state, error=first_line(err))
+        interrupted = isinstance(err, (SystemExit, KeyboardInterrupt))
+        write_status(out_dir, "interrupted" if interrupted else "failed", error=first_line(what_ended(err)))
+        command = how_to_continue(out_dir) if interrupted else None
+        if command is not None and rank_zero_only.rank == 0:
+            print(f"{out_dir}: interrupted ({first_line(what_ended(err))}); to continue it: {command}",
+                  file=sys.stderr, flush=True)
         raise
     finally:
         end_wandb_run()

@@ -113,6 +113,26 @@ def run_dir(tmp_path):
     return tmp_path
 
 
+def test_a_run_stopped_by_ctrl_c_says_so_and_how_to_continue_it(sample, tmp_path):
+    """~10 s: SIGINT (Ctrl-C) in epoch 1. Lightning shuts down and exits with 1 (a SystemExit whose
+    context is the KeyboardInterrupt): status.json says interrupted by the KeyboardInterrupt, not
+    "SystemExit: 1", and stderr says how to continue the run; that command (the same overrides)
+    continues it from its last checkpoint to the end."""
+    run_dir = tmp_path / "stopped"
+    ctrl_c = ["+callbacks.signal._target_=integration_helpers.SignalAtStep", "+callbacks.signal.signame=SIGINT"]
+    stopped = train(sample, run_dir, *ctrl_c, f"+callbacks.signal.step={STEPS_PER_EPOCH + 6}")
+    assert stopped.returncode == 1
+    assert read(run_dir, "status.json")["state"] == "interrupted"
+    assert read(run_dir, "status.json")["error"] == "KeyboardInterrupt"
+    hint = (f"{run_dir}: interrupted (KeyboardInterrupt); to continue it: python -m robustnlu <the same overrides> "
+            f"resume=true hydra.run.dir={run_dir}")
+    assert hint in stopped.stderr.splitlines()
+    resumed = train(sample, run_dir, *ctrl_c, "+callbacks.signal.step=null", "+resume_override=[callbacks.signal]",
+                    "resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert read(run_dir, "results.json")["resumed_from"]["global_step"] == 20  # the mid-epoch save after step 20
+
+
 def test_without_resume_a_run_starts_from_scratch_only_where_no_checkpoint_is(run_dir, monkeypatch):
     monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
     with pytest.raises(ResumeError, match=r"holds an unfinished run \(checkpoints/last.ckpt\); resume=true continues it"):

@@ -132,6 +132,21 @@ def test_an_optuna_search_stopped_by_ctrl_c_records_its_running_trial_as_failed(
     assert proc.returncode != 0
     study = optuna.load_study(study_name="jsonl-erm", storage=f"sqlite:///{tmp_path}/hpo/optuna.db")
     assert [t.state for t in study.trials] == [TrialState.FAIL]
+    assert "to continue it" not in proc.stderr  # the search proposes its points itself: nothing to relaunch
+
+
+def test_a_sweep_stopped_by_ctrl_c_names_its_relaunch(data, tmp_path):
+    """~10 s: SIGINT (Ctrl-C) in the first job's training ends the sweep (the basic launcher runs its
+    jobs in its own process); the job says it was interrupted and that relaunch continues the sweep."""
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["-m", *_common(data), f"dataset.train={data['train']}", "seed=0,1",
+                    "+callbacks.signal._target_=integration_helpers.SignalAtStep", "+callbacks.signal.step=1",
+                    "+callbacks.signal.signame=SIGINT", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert proc.returncode == 1
+    (job,) = [p for p in sweep.iterdir() if p.is_dir()]
+    assert json.loads((job / "status.json").read_text())["error"] == "KeyboardInterrupt"
+    assert (f"{job}: interrupted (KeyboardInterrupt); to continue it: python -m robustnlu.sweep relaunch {sweep}"
+            in proc.stderr.splitlines())
 
 
 def test_a_sweep_one_of_whose_jobs_does_not_compose_is_refused_before_it_writes_anything(data, tmp_path):
