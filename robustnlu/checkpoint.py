@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,10 @@ def upgrade_format_1(hyper_parameters: dict[str, Any]) -> dict[str, Any]:
     return {**hyper_parameters, "method": method, "optimizer": optimizer}
 
 
+#: the start of the error line for a file torch cannot load as a robustnlu checkpoint
+UNREADABLE = "not a readable robustnlu checkpoint"
+
+
 def read_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
     """The contents of the robustnlu checkpoint ``path`` (on the CPU; ``mmap``: memory-mapped,
     for reading a few entries of a large file)."""
@@ -69,11 +75,16 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
         raise DataError(path, None, "no such checkpoint file" if not path.exists() else "not a file, expected a checkpoint")
     if path.stat().st_size == 0:
         raise DataError(path, None, "empty file, not a robustnlu checkpoint")
+    if not zipfile.is_zipfile(path):  # torch.load's own error would be a KeyError, or advice to unpickle it
+        raise DataError(path, None, f"{UNREADABLE}: not a whole torch.save file (a zip archive): another kind of file, "
+                                    "or one cut short")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    except Exception as err:  # torch.load's many ways to fail on a foreign file (zip, pickle, EOF, ...)
-        raise DataError(path, None, "not a readable robustnlu checkpoint (not a torch file, truncated, or holding "
-                                    f"objects other than tensors): {first_line(err)}") from None
+    except pickle.UnpicklingError:  # torch's message advises weights_only=False: code from the file would run
+        raise DataError(path, None, f"{UNREADABLE}: it holds objects other than tensors, numbers, strings and "
+                                    "containers, which are not loaded (torch.load(weights_only=True))") from None
+    except Exception as err:  # a damaged archive (zip, pickle, EOF, ...)
+        raise DataError(path, None, f"{UNREADABLE}: {first_line(err)}") from None
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict) \
             or not isinstance(ckpt.get("hyper_parameters"), dict):
         raise DataError(path, None, "not a robustnlu checkpoint: a torch file without a training run's state_dict and "

@@ -58,13 +58,16 @@ def write_foreign(kind: str, path, checkpoint):
     return path
 
 
+NOT_TORCH = "not a readable robustnlu checkpoint: not a whole torch.save file (a zip archive): another kind of file, or one cut short"
 #: kind → what the error line says
 PROBLEMS = {
-    "text": "not a readable robustnlu checkpoint",
-    "json": "not a readable robustnlu checkpoint",
+    "text": NOT_TORCH,
+    "json": NOT_TORCH,
     "empty": "empty file, not a robustnlu checkpoint",
-    "truncated": "not a readable robustnlu checkpoint",
-    "pickled_module": "not a readable robustnlu checkpoint",
+    "truncated": NOT_TORCH,
+    # not torch's advice to load it with weights_only=False, which would run code from the file
+    "pickled_module": "not a readable robustnlu checkpoint: it holds objects other than tensors, numbers, strings and "
+                      "containers, which are not loaded (torch.load(weights_only=True))",
     "tensor_dict": "not a robustnlu checkpoint: a torch file without a training run's state_dict and hyper_parameters",
     "other_lightning": "not a robustnlu checkpoint: its hyper_parameters lack model, method, optimizer, vocab",
     "other_format": f"a robustnlu checkpoint of format {CHECKPOINT_FORMAT + 1}; this robustnlu reads formats 1 to {CHECKPOINT_FORMAT}",
