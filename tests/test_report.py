@@ -373,6 +373,21 @@ def test_predictions_cut_short_are_one_error_line_and_nothing_is_written(tmp_pat
     assert not (tmp_path / "out").exists() and file_bytes(sweep) == before
 
 
+def test_a_copy_of_a_run_beside_it_is_one_error_line_not_a_second_model(tmp_path):
+    """A backup of a sweep under the folder reported on: its runs are the same models again (each
+    records the folder it trained in), which would double n, shrink the std and double the tests."""
+    sweep = erm_and_topk(tmp_path / "study" / "sweep")
+    shutil.copytree(sweep, tmp_path / "study" / "sweep-backup")
+    proc = run_cli([str(tmp_path / "study"), "--out", str(tmp_path / "out"), "--rounds", "10"], cwd=tmp_path,
+                   module="robustnlu.report")
+    assert proc.returncode == 2
+    trained = json.loads((RECORD / "results.json").read_text())["config"]["paths"]["output_dir"]
+    assert proc.stderr == (f"error: {sweep / 'erm'}: the same run as {tmp_path / 'study' / 'sweep-backup' / 'erm'} "
+                           f"(both record training in {trained}: a copy?); "
+                           "give the report one of them\n")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("inside", ["topk", "topk/predictions"])
 def test_an_out_folder_inside_a_run_directory_is_refused_before_any_work(tmp_path, inside):
     sweep = erm_and_topk(tmp_path / "sweep")

@@ -115,6 +115,23 @@ def discover(paths: Sequence[Path]) -> tuple[list[Run], list[Incomplete]]:
     return runs, incomplete
 
 
+def check_distinct(runs: Sequence[Run]) -> None:
+    """`StudyError` naming the first of ``runs`` (in their order) that is the same run as an earlier
+    one: the same method and seed trained in the same folder (``paths.output_dir`` of its config),
+    e.g. a copied sweep beside its original. Counted twice, it would be two models of a method."""
+    first: dict[tuple[Any, ...], Run] = {}
+    for run in runs:
+        paths = (run.results.get("config") or {}).get("paths") or {}
+        trained = paths.get("output_dir") if isinstance(paths, dict) else None
+        if trained is None:
+            continue
+        key = (str(trained), run.method, run.seed)
+        if key in first:
+            raise StudyError(f"{run.path}: the same run as {first[key].path} (both record training in "
+                             f"{trained}: a copy?); give the report one of them")
+        first[key] = run
+
+
 #: what every report reads from a results.json: (dotted key, type), in the order they are checked
 RESULTS_KEYS: tuple[tuple[str, type], ...] = (
     ("dataset", str), ("method", str), ("seed", int), ("drift", dict), ("drift.kind", str), ("metrics", dict),

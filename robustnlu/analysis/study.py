@@ -23,6 +23,7 @@ from robustnlu.analysis.runs import (
     Incomplete,
     Run,
     StudyError,
+    check_distinct,
     check_results,
     discover,
     group_runs,
@@ -67,6 +68,7 @@ def build_study(paths: Sequence[Path], alpha: float = 0.05, rounds: int = 10_000
         raise StudyError(f"min_cluster_size must be >= 1, got {min_cluster_size}")
     runs, incomplete = discover(paths)
     check_results(runs)
+    check_distinct(runs)
     stats = scenario_stats(group_runs(runs), min_cluster_size)
     comparisons = compare_to_baseline(stats, alpha, rounds, seed, rule)
     return Study(list(map(Path, paths)), runs, incomplete, stats, comparisons, significance_counts(comparisons),
