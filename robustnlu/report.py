@@ -30,8 +30,8 @@ Each of a method's models is tested against the ERM model of the same seed (utte
 uid); the decision rule and the family-wise error are described in
 `robustnlu.analysis.statistics` and in report.md. Deterministic given --seed. A directory without any
 run, a run whose results.json or predictions cannot be read whole, a run found twice (a copy of it
-beside it: one model counted as two), or an ``--out`` inside a run directory: a one-line error, exit
-status 2, nothing written.
+beside it: one model counted as two), runs of one scenario on different splits (their means would mix
+test sets), or an ``--out`` inside a run directory: a one-line error, exit status 2, nothing written.
 """
 
 from __future__ import annotations

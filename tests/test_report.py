@@ -8,6 +8,7 @@ import base64
 import csv
 import hashlib
 import json
+import lzma
 import math
 import shutil
 from pathlib import Path
@@ -385,6 +386,34 @@ def test_a_copy_of_a_run_beside_it_is_one_error_line_not_a_second_model(tmp_path
     assert proc.stderr == (f"error: {sweep / 'erm'}: the same run as {tmp_path / 'study' / 'sweep-backup' / 'erm'} "
                            f"(both record training in {trained}: a copy?); "
                            "give the report one of them\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_runs_of_one_scenario_on_different_splits_are_one_error_line(tmp_path):
+    """Runs whose scenario reads the same but whose SeqDrift split differs (other drift settings,
+    another data file) are no models of one scenario: their mean would mix test sets. Two ERM
+    seeds, so that no paired test reads both. The split key alone does not tell (it also names
+    where the clustering came from): under another key the same utterances are two models."""
+    sweep = tmp_path / "sweep"
+    for seed in (0, 1):
+        shutil.copytree(RECORD, sweep / f"erm-{seed}")
+    other = sweep / "erm-1"
+    results = json.loads((other / "results.json").read_text())
+    key = results["drift"]["split_key"]
+    results["drift"]["split_key"] = "0" * 64
+    (other / "results.json").write_text(json.dumps({**results, "seed": 1}))
+    assert main([str(sweep), "--out", str(tmp_path / "same"), "--rounds", "10"]) == 0
+    assert read_csv(tmp_path / "same" / "table10_metrics.csv")[0]["n_models"] == "2"
+
+    test = other / "predictions" / "test.jsonl.xz"
+    test.write_bytes(lzma.compress(b"".join(lzma.decompress(test.read_bytes()).splitlines(keepends=True)[1:])))
+    proc = run_cli([str(sweep), "--out", str(tmp_path / "out"), "--rounds", "10"], cwd=tmp_path,
+                   module="robustnlu.report")
+    assert proc.returncode == 2
+    label = Run(other, results).scenario.name
+    assert proc.stderr == (f"error: {other}: another split of scenario {label} than {sweep / 'erm-0'} "
+                           f"(split key 000000000000 vs {key[:12]}, other valid or test utterances or clusters: "
+                           "other drift or data settings); report them separately\n")
     assert not (tmp_path / "out").exists()
 
 

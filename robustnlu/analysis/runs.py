@@ -132,6 +132,31 @@ def check_distinct(runs: Sequence[Run]) -> None:
         first[key] = run
 
 
+def _utterances(run: Run) -> tuple[frozenset[tuple[str, Any]], ...]:
+    """The (uid, cluster) of each of the run's valid and test predictions."""
+    return tuple(frozenset((row["uid"], row.get("group")) for row in run.dir.predictions(split))
+                 for split in ("valid", "test"))
+
+
+def check_one_split(runs: Sequence[Run]) -> None:
+    """`StudyError` naming the first of ``runs`` (in their order) trained on another split of its
+    scenario than an earlier run of that scenario: another ``drift.split_key`` and other valid or
+    test utterances or clusters (other drift settings or data under one scenario name, whose test
+    sets and worst clusters a mean must not mix). The key alone does not tell: it also names where
+    the clustering came from."""
+    first: dict[Scenario, Run] = {}
+    for run in runs:
+        key = run.results["drift"].get("split_key")
+        if key is None:
+            continue
+        other = first.setdefault(run.scenario, run)
+        other_key = other.results["drift"]["split_key"]
+        if key != other_key and _utterances(run) != _utterances(other):
+            raise StudyError(f"{run.path}: another split of scenario {run.scenario.name} than {other.path} "
+                             f"(split key {key[:12]} vs {other_key[:12]}, other valid or test utterances or "
+                             "clusters: other drift or data settings); report them separately")
+
+
 #: what every report reads from a results.json: (dotted key, type), in the order they are checked
 RESULTS_KEYS: tuple[tuple[str, type], ...] = (
     ("dataset", str), ("method", str), ("seed", int), ("drift", dict), ("drift.kind", str), ("metrics", dict),
