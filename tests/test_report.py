@@ -339,6 +339,33 @@ def test_the_change_to_erm_uses_the_erm_models_of_the_same_seeds(monkeypatch):
     assert next(c for c in comparisons if c.method == "erm").changes["combined"] == 0.0
 
 
+def test_a_significant_gain_over_an_erm_mean_of_0_is_better_not_same(monkeypatch):
+    """ERM at 0 slot F1 (e.g. an early checkpoint): the relative change is undefined, but a method
+    above it with significant tests is better, as the tests and the means say."""
+
+    class NoFiles:
+        def predictions(self, split):
+            return []
+
+    class FakeRun(Run):
+        dir = property(lambda self: NoFiles())
+
+    def run_with(path, method, seed, slot_f1):
+        test = {"combined": 0.3, "slot_f1": slot_f1}
+        return FakeRun(path=Path(path), results={"seed": seed, "method": method,
+                                                 "metrics": {"test": test, "valid": test}})
+
+    monkeypatch.setattr(statistics, "paired_counts", lambda a, b: None)
+    monkeypatch.setattr(statistics, "approximate_randomization",
+                        lambda counts, _, metric, *a: result(0.2 if metric == "slot_f1" else 0.0,
+                                                             0.001 if metric == "slot_f1" else 1.0, metric))
+    grouped = {"scenario": {"erm": [run_with("e0", "erm", 0, 0.0)], "m": [run_with("m0", "m", 0, 0.2)]}}
+    m = next(c for c in statistics.compare_to_baseline(statistics.scenario_stats(grouped), rounds=10)
+             if c.method == "m")
+    assert math.isnan(m.changes["slot_f1"])
+    assert (m.verdicts["slot_f1"].decision, m.verdicts["slot_f1"].n_better) == ("better", 1)
+
+
 # ------------------------------------------------------------------ damaged input, misplaced output
 
 RECORD = Path(__file__).parent / "analysis" / "reproduction_record"

@@ -21,7 +21,8 @@ the report as "paired by order". Every test uses the same ``seed`` (deterministi
 
 Significance rule (``rule``; default ``any``, the paper's reading): with k paired tests of a
 method in a scenario, the method is *significantly better* (worse) than ERM on a metric if the
-relative change of the metric's mean is an improvement (deterioration) and
+method's mean of the metric is better (worse) than ERM's (the sign of the relative change, also
+where ERM's mean is 0 and the change undefined) and
 
 - ``any``: at least one of the k tests has p < alpha with the method's model better (worse) than
   its ERM partner, and none is significant in the opposite direction. The chance of declaring a
@@ -134,35 +135,37 @@ class Verdict:
 
     metric: str
     tests: list[SignificanceResult]
-    relative_change: float  # of the mean, in %
+    difference: float  # of the means, method − ERM, in %
     decision: str  # "better" | "worse" | "same" | "n/a"
     n_better: int  # tests with p < alpha and the method's model better
     n_worse: int
 
 
-def _improves(metric: str, change: float) -> bool | None:
-    if not change or math.isnan(change):
+def _improves(metric: str, difference: float) -> bool | None:
+    if not difference or math.isnan(difference):
         return None
-    return METRICS[metric].better(change, 0.0)
+    return METRICS[metric].better(difference, 0.0)
 
 
-def decide(metric: str, change: float, tests: Sequence[SignificanceResult], alpha: float, rule: str) -> Verdict:
-    """Apply ``rule`` (module docstring) to the k paired tests of one metric."""
+def decide(metric: str, difference: float, tests: Sequence[SignificanceResult], alpha: float, rule: str) -> Verdict:
+    """Apply ``rule`` (module docstring) to the k paired tests of one metric; ``difference``: the
+    method's mean minus ERM's, whose sign is the direction (also where ERM's mean is 0 and the
+    relative change undefined)."""
     if rule not in RULES:
         raise ValueError(f"unknown rule {rule!r}; one of {', '.join(RULES)}")
     n_better = sum(t.significant(alpha) and t.a_is_better for t in tests)
     n_worse = sum(t.significant(alpha) and not t.a_is_better and t.difference != 0 for t in tests)
     k = len(tests)
     if not k:
-        return Verdict(metric, list(tests), change, "n/a", 0, 0)
-    direction = _improves(metric, change)
+        return Verdict(metric, list(tests), difference, "n/a", 0, 0)
+    direction = _improves(metric, difference)
     decision = "same"
     if direction is not None:
         agree, against = (n_better, n_worse) if direction else (n_worse, n_better)
         ok = {"any": agree >= 1 and against == 0, "majority": agree > k / 2, "all": agree == k}[rule]
         if ok:
             decision = "better" if direction else "worse"
-    return Verdict(metric, list(tests), change, decision, n_better, n_worse)
+    return Verdict(metric, list(tests), difference, decision, n_better, n_worse)
 
 
 @dataclass
@@ -216,7 +219,7 @@ def compare_to_baseline(stats: Sequence[MethodStats], alpha: float = 0.05, round
                     raise StudyError(f"{pair.run.path} vs {pair.baseline.path}: {err}") from None
                 for metric in TESTED:
                     tests[metric].append(approximate_randomization(counts, None, metric, rounds, seed))
-            comparison.verdicts = {m: decide(m, changes[m], tests[m], alpha, rule) for m in TESTED}
+            comparison.verdicts = {m: decide(m, s.stats[m][0] - baseline[m], tests[m], alpha, rule) for m in TESTED}
         out.append(comparison)
     return out
 
