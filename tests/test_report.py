@@ -11,6 +11,7 @@ import json
 import lzma
 import math
 import shutil
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -23,7 +24,7 @@ import pytest  # noqa: E402
 from integration_helpers import (  # noqa: E402
     FAST, SMALL_DRIFT, compose_config, file_bytes, jsonl_overrides, run_cli, write_snips_sample_jsonl)
 from robustnlu.analysis import figures, statistics, study as st  # noqa: E402
-from robustnlu.analysis.study_tables import scenario_table  # noqa: E402
+from robustnlu.analysis.study_tables import counts_table, scenario_table  # noqa: E402
 from robustnlu.analysis.runs import Run  # noqa: E402
 from robustnlu.analysis.significance import (  # noqa: E402
     SignificanceResult,
@@ -31,6 +32,7 @@ from robustnlu.analysis.significance import (  # noqa: E402
     family_wise_error,
 )
 from robustnlu.metrics.registry import TESTED, relative_change  # noqa: E402
+from robustnlu.plotting import png  # noqa: E402
 from robustnlu.report import main  # noqa: E402
 from robustnlu.rundir import RunDir  # noqa: E402
 from robustnlu.train import run  # noqa: E402
@@ -106,6 +108,19 @@ def test_figures_have_one_bar_per_scenario_method_and_direction(study):
         "all scenarios", "full vs partial drift", "i.i.d. vs o.o.d. validation"]
     # one non-ERM method: worse + better bar per group value (all: 1 value, full only, iid and ood)
     assert [len(ax.patches) for ax in counts.axes] == [2, 2, 4]
+
+
+def test_counts_without_a_method_tested_against_erm_say_so_without_warnings():
+    """A report of one run, or of ERM alone: no bars, so no legend (matplotlib warned on stderr
+    for each empty one) but a line saying why each panel is empty; no empty Markdown table."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        counts = figures.plot_counts([])
+        png(counts)
+    assert [[t.get_text() for t in ax.texts] for ax in counts.axes] == [["no method tested against ERM"]] * 3
+    md, csv_text = counts_table([])
+    assert (md, csv_text.splitlines()) == ("No method was tested against ERM.\n",
+                                           ["method,group,value,scenarios,better,worse,same"])
 
 
 def test_a_report_at_another_cluster_floor_names_it_in_its_csv_columns(sweep):

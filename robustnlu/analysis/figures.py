@@ -80,6 +80,9 @@ def plot_counts(counts: Sequence[dict[str, Any]]):
         ax.set_title(title, fontsize=9)
         ax.set_ylim(0, max(1, top) + 0.5)
         ax.yaxis.get_major_locator().set_params(integer=True)
-        ax.legend(fontsize=7)
+        if rows:
+            ax.legend(fontsize=7)
+        else:  # e.g. a report of one run, or of ERM alone
+            ax.text(0.5, 0.5, "no method tested against ERM", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
     return fig

@@ -85,7 +85,11 @@ def relative_change_table(comparisons: Sequence[Comparison], stats: Sequence[Met
 
 
 def counts_table(counts: Sequence[dict[str, Any]]) -> tuple[str, str]:
-    """(Markdown: one row per method, "better / worse of n" per group; CSV: the long rows)."""
+    """(Markdown: one row per method, "better / worse of n" per group, or a line saying there is
+    none; CSV: the long rows)."""
+    keys = ["method", "group", "value", "scenarios", "better", "worse", "same"]
+    if not counts:  # e.g. a report of one run, or of ERM alone
+        return "No method was tested against ERM.\n", csv_text(keys, [])
     columns = []
     for row in counts:
         if (row["group"], row["value"]) not in columns:
@@ -97,5 +101,4 @@ def counts_table(counts: Sequence[dict[str, Any]]) -> tuple[str, str]:
         md_rows.append([method] + [f"{r['better']} / {r['worse']} of {r['scenarios']}" if r else ""
                                    for r in (cell.get((method, g, v)) for g, v in columns)])
     md = markdown(["method"] + [v if g != "all" else "all scenarios" for g, v in columns], md_rows)
-    keys = ["method", "group", "value", "scenarios", "better", "worse", "same"]
     return md, csv_text(keys, [[r[k] for k in keys] for r in counts])
