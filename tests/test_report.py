@@ -323,21 +323,30 @@ def test_decision_follows_the_direction_of_the_mean_and_semer_is_lower_better():
     assert math.isnan(relative_change(1.0, 0.0))
 
 
+class NoFiles:
+    def predictions(self, split):
+        return []
+
+
+class FakeRun(Run):
+    """A run of the given results and no prediction files (the paired tests are replaced)."""
+
+    dir = property(lambda self: NoFiles())
+
+
+def fake_run(path, method, seed, scores):
+    """A `FakeRun` whose valid and test metrics are ``scores``."""
+    return FakeRun(path=Path(path), results={"seed": seed, "method": method, "metrics": {"test": scores,
+                                                                                          "valid": scores}})
+
+
 def test_the_change_to_erm_uses_the_erm_models_of_the_same_seeds(monkeypatch):
     """While a study is incomplete (ERM has run seeds 0 and 1, the method only seed 0), the method's
     change is to ERM's seed-0 model, not to ERM's mean over both seeds. The paired tests are not what
     is checked here: they are replaced by a no-difference result (the fake runs have no predictions)."""
 
-    class NoFiles:
-        def predictions(self, split):
-            return []
-
-    class FakeRun(Run):
-        dir = property(lambda self: NoFiles())
-
     def run_with(path, method, seed, combined):
-        return FakeRun(path=Path(path), results={"seed": seed, "method": method, "metrics": {
-            "test": {"combined": combined}, "valid": {"combined": combined}}})
+        return fake_run(path, method, seed, {"combined": combined})
 
     monkeypatch.setattr(statistics, "paired_counts", lambda a, b: None)
     monkeypatch.setattr(statistics, "approximate_randomization", lambda *a: result(0.0, 1.0))
@@ -358,17 +367,8 @@ def test_a_significant_gain_over_an_erm_mean_of_0_is_better_not_same(monkeypatch
     """ERM at 0 slot F1 (e.g. an early checkpoint): the relative change is undefined, but a method
     above it with significant tests is better, as the tests and the means say."""
 
-    class NoFiles:
-        def predictions(self, split):
-            return []
-
-    class FakeRun(Run):
-        dir = property(lambda self: NoFiles())
-
     def run_with(path, method, seed, slot_f1):
-        test = {"combined": 0.3, "slot_f1": slot_f1}
-        return FakeRun(path=Path(path), results={"seed": seed, "method": method,
-                                                 "metrics": {"test": test, "valid": test}})
+        return fake_run(path, method, seed, {"combined": 0.3, "slot_f1": slot_f1})
 
     monkeypatch.setattr(statistics, "paired_counts", lambda a, b: None)
     monkeypatch.setattr(statistics, "approximate_randomization",
