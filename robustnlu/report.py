@@ -31,7 +31,9 @@ uid); the decision rule and the family-wise error are described in
 `robustnlu.analysis.statistics` and in report.md. Deterministic given --seed. A directory without any
 run, a run whose results.json or predictions cannot be read whole, a run found twice (a copy of it
 beside it: one model counted as two), runs of one scenario on different splits (their means would mix
-test sets), or an ``--out`` inside a run directory: a one-line error, exit status 2, nothing written.
+test sets), runs of one method and scenario trained with other settings than the seed (their mean is
+no mean of one method's models), or an ``--out`` inside a run directory: a one-line error, exit
+status 2, nothing written.
 """
 
 from __future__ import annotations

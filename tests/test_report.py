@@ -431,6 +431,30 @@ def test_a_copy_of_a_run_beside_it_is_one_error_line_not_a_second_model(tmp_path
     assert not (tmp_path / "out").exists()
 
 
+def test_runs_of_one_method_with_other_settings_are_one_error_line(tmp_path):
+    """Two ERM seeds whose Hydra records say they trained 1 and 4 epochs are no models of one
+    method: their mean is refused, naming the setting. With the same settings (but the seed, and a
+    setting that changes nothing) they are two models."""
+    sweep = tmp_path / "sweep"
+    for seed, epochs in ((0, 1), (1, 4)):
+        run = sweep / f"erm-{seed}"
+        shutil.copytree(RECORD, run)
+        results = json.loads((run / "results.json").read_text())
+        (run / "results.json").write_text(json.dumps({**results, "seed": seed}))
+        (run / ".hydra").mkdir()
+        (run / ".hydra" / "overrides.yaml").write_text(
+            f"- method=erm\n- seed={seed}\n- trainer.max_epochs={epochs}\n- paths.cache_dir=/cache{seed}\n")
+    proc = run_cli([str(sweep), "--out", str(tmp_path / "out"), "--rounds", "10"], cwd=tmp_path,
+                   module="robustnlu.report")
+    assert proc.returncode == 2 and not (tmp_path / "out").exists()
+    assert proc.stderr.startswith(f"error: {sweep / 'erm-1'}: erm in scenario ")
+    assert proc.stderr.endswith(f" trained with other settings than {sweep / 'erm-0'} (trainer.max_epochs); "
+                                "report them separately\n")
+    (sweep / "erm-1" / ".hydra" / "overrides.yaml").write_text("- method=erm\n- seed=1\n- trainer.max_epochs=1\n")
+    assert main([str(sweep), "--out", str(tmp_path / "same"), "--rounds", "10"]) == 0
+    assert read_csv(tmp_path / "same" / "table10_metrics.csv")[0]["n_models"] == "2"
+
+
 def test_runs_of_one_scenario_on_different_splits_are_one_error_line(tmp_path):
     """Runs whose scenario reads the same but whose SeqDrift split differs (other drift settings,
     another data file) are no models of one scenario: their mean would mix test sets. Two ERM

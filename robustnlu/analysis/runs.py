@@ -24,6 +24,7 @@ from robustnlu.errors import DataError, RobustNLUError
 from robustnlu.metrics.registry import MIN_CLUSTER_SIZE, TESTED, drop, worst_cluster, worst_cluster_key
 from robustnlu.rundir import RunDir, walk
 from robustnlu.scenario import Scenario
+from robustnlu.sweep_jobs import job_identity
 
 BASELINE = "erm"
 
@@ -155,6 +156,39 @@ def check_one_split(runs: Sequence[Run]) -> None:
             raise StudyError(f"{run.path}: another split of scenario {run.scenario.name} than {other.path} "
                              f"(split key {key[:12]} vs {other_key[:12]}, other valid or test utterances or "
                              "clusters: other drift or data settings); report them separately")
+
+
+def _settings(run: Run) -> dict[str, str | None] | None:
+    """What ``run`` was trained with besides its seed: its task overrides (Hydra's record) as a job's
+    identity has them (`robustnlu.sweep_jobs.job_identity`: normalized, the settings that change
+    nothing left out), by key; None for a run that does not record them (a study's record)."""
+    overrides = run.dir.overrides()
+    try:
+        identity = job_identity(overrides) if overrides is not None else None
+    except ValueError:
+        return None
+    if identity is None:
+        return None
+    entries = (entry.split("=", 1) if "=" in entry else (entry, None) for entry in identity)
+    return {key: value for key, value in entries if key != "seed"}
+
+
+def check_one_setting(runs: Sequence[Run]) -> None:
+    """`StudyError` naming the first of ``runs`` (in their order) trained with other settings than an
+    earlier run of its method and scenario (`_settings`: e.g. 1 and 4 epochs, another learning
+    rate): a mean over them is no mean of one method's models. Runs that do not record their
+    overrides are not compared."""
+    first: dict[tuple[Scenario, str], tuple[Run, dict[str, str | None]]] = {}
+    for run in runs:
+        settings = _settings(run)
+        if settings is None:
+            continue
+        other, other_settings = first.setdefault((run.scenario, run.method), (run, settings))
+        differ = sorted(k for k in settings.keys() | other_settings.keys()
+                        if settings.get(k, "") != other_settings.get(k, ""))
+        if differ:
+            raise StudyError(f"{run.path}: {run.method} in scenario {run.scenario.name} trained with other settings than "
+                             f"{other.path} ({', '.join(differ)}); report them separately")
 
 
 #: what every report reads from a results.json: (dotted key, type), in the order they are checked

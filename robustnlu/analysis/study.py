@@ -24,6 +24,7 @@ from robustnlu.analysis.runs import (
     Run,
     StudyError,
     check_distinct,
+    check_one_setting,
     check_one_split,
     check_results,
     discover,
@@ -71,6 +72,7 @@ def build_study(paths: Sequence[Path], alpha: float = 0.05, rounds: int = 10_000
     check_results(runs)
     check_distinct(runs)
     check_one_split(runs)
+    check_one_setting(runs)
     stats = scenario_stats(group_runs(runs), min_cluster_size)
     comparisons = compare_to_baseline(stats, alpha, rounds, seed, rule)
     return Study(list(map(Path, paths)), runs, incomplete, stats, comparisons, significance_counts(comparisons),
