@@ -39,12 +39,21 @@ def parse(text: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def holder(path: Path) -> dict[str, Any] | None:
-    """The content of ``<path>/run.lock`` (`parse`), None where there is no lock."""
+def read_lock(lock: Path) -> tuple[str, dict[str, Any], float] | None:
+    """The text of the lock file ``lock``, its content (`parse`) and its age in seconds; None where
+    there is none."""
     try:
-        return parse((Path(path) / LOCK_NAME).read_text(encoding="utf-8", errors="replace"))
+        text = lock.read_text(encoding="utf-8", errors="replace")
+        age_s = time.time() - lock.stat().st_mtime
     except FileNotFoundError:
         return None
+    return text, parse(text), age_s
+
+
+def holder(path: Path) -> dict[str, Any] | None:
+    """The content of ``<path>/run.lock`` (`parse`), None where there is no lock."""
+    read = read_lock(Path(path) / LOCK_NAME)
+    return None if read is None else read[1]
 
 
 def mine(found: dict[str, Any] | None) -> bool:
@@ -72,17 +81,21 @@ def stale(found: dict[str, Any], age_s: float) -> bool:
     return found.get("host") == socket.gethostname() and not pid_alive(int(found["pid"]))
 
 
+def wait_or_remove(found: dict[str, Any], lock: Path) -> str:
+    """The end of the line refusing a folder whose lock ``lock`` holds ``found``: since when, the
+    file, and what the user can do."""
+    return (f"(since {found.get('since', '?')}, {lock}); wait for it to end, or if that process is gone, remove the "
+            "lock file")
+
+
 def in_force(path: Path) -> dict[str, Any] | None:
     """The content of ``<path>/run.lock`` (`parse`) where it keeps other processes out, as `acquire`
     judges: held by another process that runs or cannot be seen from here (another host), or being
     written; None where there is no lock, or it is this process's or a stale one (`stale`)."""
-    lock = Path(path) / LOCK_NAME
-    try:
-        text = lock.read_text(encoding="utf-8", errors="replace")
-        age_s = time.time() - lock.stat().st_mtime
-    except FileNotFoundError:
+    read = read_lock(Path(path) / LOCK_NAME)
+    if read is None:
         return None
-    found = parse(text)
+    _, found, age_s = read
     return None if mine(found) or stale(found, age_s) else found
 
 
@@ -92,8 +105,7 @@ def check_not_running(path: Path) -> None:
     found = in_force(path)
     if found is not None:
         raise ConfigError(f"{path} is still running: process {found.get('pid', '?')} on {found.get('host', '?')} holds "
-                          f"it (since {found.get('since', '?')}, {Path(path) / LOCK_NAME}); wait for it to end, or if "
-                          "that process is gone, remove the lock file")
+                          f"it {wait_or_remove(found, Path(path) / LOCK_NAME)}")
 
 
 def acquire(path: Path) -> None:
@@ -104,12 +116,10 @@ def acquire(path: Path) -> None:
         try:
             fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
-            try:
-                text = lock.read_text(encoding="utf-8", errors="replace")
-                age_s = time.time() - lock.stat().st_mtime
-            except FileNotFoundError:
+            read = read_lock(lock)
+            if read is None:
                 continue  # released meanwhile: try again
-            found = parse(text)
+            text, found, age_s = read
             if not found and age_s <= UNREADABLE_S:
                 time.sleep(0.1)  # being written by the process that just took it
                 continue
@@ -117,8 +127,7 @@ def acquire(path: Path) -> None:
                 return
             if not stale(found, age_s):
                 raise ConfigError(f"{path} is in use by process {found.get('pid')} on {found.get('host')} "
-                                  f"(since {found.get('since', '?')}, {lock}); wait for it to end, or if that process "
-                                  "is gone, remove the lock file") from None
+                                  f"{wait_or_remove(found, lock)}") from None
             print(f"note: {path}: taking over the lock of process {found.get('pid', '?')} on "
                   f"{found.get('host', '?')}, which is no longer running", file=sys.stderr, flush=True)
             take_over(lock, text)  # only that stale lock, never one another process took meanwhile
