@@ -39,6 +39,7 @@ from omegaconf import DictConfig
 from robustnlu.errors import ConfigError, exit_with_error
 from robustnlu.rundir import RunDir
 from robustnlu.runlock import LOCK_NAME, acquire, release
+from robustnlu.sweep_jobs import MULTIRUN_FILE
 
 #: what Hydra (its ``.hydra/`` record, its ``<job name>.log``) and robustnlu (the lock) write into a
 #: run directory before the run itself writes anything: a folder holding only these counts as empty
@@ -105,7 +106,12 @@ class Claim:
 
 #: the files a training sweep's folder holds beside its jobs' folders: Hydra's record of the sweep,
 #: the Optuna sweeper's result, `robustnlu.hpo`'s and the efficiency protocol's records
-SWEEP_FILES = ("multirun.yaml", "optimization_results.yaml", "best_params.json", "protocol.json")
+SWEEP_FILES = (MULTIRUN_FILE, "optimization_results.yaml", "best_params.json", "protocol.json")
+
+
+def first_few(names: list[str]) -> str:
+    """The first three of ``names`` and how many more, for an error line."""
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def foreign_sweep_files(path: Path) -> list[str]:
@@ -149,9 +155,8 @@ def claim(path: str | Path, exclusive: bool, before_creation: bool, lock: bool =
     names = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
     foreign = [n for n in names if not own_entry(n)]
     if exclusive and foreign and not RunDir(path).is_run():
-        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        raise ConfigError(f"hydra.run.dir: {path} holds files ({shown}) and is not a robustnlu run directory; "
-                          "a run needs a new or empty folder, or its own run directory with resume=true")
+        raise ConfigError(f"hydra.run.dir: {path} holds files ({first_few(foreign)}) and is not a robustnlu run "
+                          "directory; a run needs a new or empty folder, or its own run directory with resume=true")
     if found.existed:
         found.entries = frozenset(names)
         found.saved = {p: p.read_bytes() for p in [*sorted(path.glob(".hydra/*")), *sorted(path.glob("*.log"))]
@@ -237,9 +242,9 @@ class RunDirOwnership(Callback):
         path = Path(config.hydra.sweep.dir)
         foreign = foreign_sweep_files(path) if self.exclusive else []
         if foreign:
-            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-            exit_with_error(ConfigError(f"hydra.sweep.dir: {path.absolute()} holds files ({shown}) and is not a sweep "
-                                        "directory; a sweep needs a new or empty folder, or its own sweep directory"))
+            exit_with_error(ConfigError(f"hydra.sweep.dir: {path.absolute()} holds files ({first_few(foreign)}) and is "
+                                        "not a sweep directory; a sweep needs a new or empty folder, or its own sweep "
+                                        "directory"))
         made = [p for p in (path, *path.parents) if not p.exists()]  # the deepest first
         try:
             path.mkdir(parents=True, exist_ok=True)
