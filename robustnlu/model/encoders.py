@@ -10,6 +10,7 @@ Three kinds (conf/encoder/*.yaml):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -48,12 +49,14 @@ def _name_or_path(cfg: Mapping[str, Any]) -> str:
     return embedded_model_path()  # embedded, and tiny (which borrows its vocabulary)
 
 
+@functools.cache
 def hub_options(name: str) -> dict[str, Any]:
     """from_pretrained's options for the Hub model ``name``: none (the Hub, then the local cache, as
     it reads them) where the Hub answers, or with ``HF_HUB_OFFLINE=1``. Where the Hub cannot be
     reached (one request, without retries): ``local_files_only`` for a model in the local cache
     (from_pretrained would retry the Hub for a minute or more before reading it), and a
-    `ConfigError` at once for one that is not (after as many retries, one line too)."""
+    `ConfigError` at once for one that is not (after as many retries, one line too). Asked once per
+    process and name: the tokenizer and the encoder are both loaded by name."""
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url, try_to_load_from_cache
     from huggingface_hub.errors import HfHubHTTPError
 
