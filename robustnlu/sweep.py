@@ -1,6 +1,6 @@
-"""``python -m robustnlu.sweep status|relaunch SWEEP_DIR``: what became of each job of a training sweep
-(``python -m robustnlu -m ...``), and running again only what has not finished; ``status`` also for
-a SeqDrift sweep (``python -m robustnlu.seqdrift -m ...``).
+"""``python -m robustnlu.sweep status|relaunch SWEEP_DIR``: what became of each job of a training
+sweep (``python -m robustnlu -m ...``), and running again only what has not finished; ``status``
+also for a SeqDrift sweep (``python -m robustnlu.seqdrift -m ...``).
 
 ``status`` lists the sweep's jobs, a job that never started too, each with its state (``finished``,
 ``failed`` with its error line, ``running``, ``queued``, ``interrupted``, ``missing``), its folder
@@ -17,9 +17,10 @@ sweeps are training sweeps: ``<sweep dir>``, or with ``--mode adapt`` ``<sweep d
 ``relaunch`` runs the jobs of a training sweep that are failed, interrupted or missing — not the
 finished ones, not those running or queued in Slurm — with the launcher and settings of the sweep
 that asked for each (its ``hydra.*`` overrides: launcher, partition, ``hydra.sweep.subdir``, ...),
-each with its own overrides plus ``resume=true``, into the same sweep directory and folders. It writes the list to
-``<sweep dir>/.relaunch/<time>.json``, prints the command and runs it (``--dry-run``: prints only);
-one command for each set of settings where the directory's sweeps differ in them:
+each with its own overrides plus ``resume=true``, into the same sweep directory and folders. It
+writes the list to ``<sweep dir>/.relaunch/<time>.json``, prints the command and runs it
+(``--dry-run``: prints only); one command for each set of settings where the directory's sweeps
+differ in them:
 ``python -m robustnlu -m hydra/sweeper=joblist ...``
 (hydra_plugins/robustnlu_plugins/job_list_sweeper.py). To add values to a sweep instead, launch it
 again with them and ``resume=true`` (``seed=0,1`` then ``seed=0,1,2``): its finished jobs return

@@ -308,11 +308,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             raise write_failure(err, out_dir) from None
         # SystemExit / KeyboardInterrupt: a signal (a Slurm requeue, Ctrl-C)
         interrupted = isinstance(err, (SystemExit, KeyboardInterrupt))
-        write_status(out_dir, "interrupted" if interrupted else "failed", error=first_line(what_ended(err)))
+        ended = first_line(what_ended(err))
+        write_status(out_dir, "interrupted" if interrupted else "failed", error=ended)
         command = how_to_continue(out_dir) if interrupted else None
         if command is not None and rank_zero_only.rank == 0:
-            print(f"{out_dir}: interrupted ({first_line(what_ended(err))}); to continue it: {command}",
-                  file=sys.stderr, flush=True)
+            print(f"{out_dir}: interrupted ({ended}); to continue it: {command}", file=sys.stderr, flush=True)
         raise
     finally:
         end_wandb_run()

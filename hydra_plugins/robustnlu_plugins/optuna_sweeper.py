@@ -224,7 +224,6 @@ def settle_abandoned(study: Any, optimized_metric: str | None) -> None:
     (`robustnlu.rundir.optimized_value` of its ``results.json``), any other FAIL."""
     from optuna.trial import TrialState
 
-    from robustnlu.errors import RobustNLUError
     from robustnlu.rundir import RunDir, optimized_value
 
     told: dict[str, list[Any]] = {"finished": [], "failed": []}

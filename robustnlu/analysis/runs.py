@@ -163,11 +163,11 @@ def _settings(run: Run) -> dict[str, str | None] | None:
     identity has them (`robustnlu.sweep_jobs.job_identity`: normalized, the settings that change
     nothing left out), by key; None for a run that does not record them (a study's record)."""
     overrides = run.dir.overrides()
-    try:
-        identity = job_identity(overrides) if overrides is not None else None
-    except ValueError:
+    if overrides is None:
         return None
-    if identity is None:
+    try:
+        identity = job_identity(overrides)
+    except ValueError:  # overrides that do not parse
         return None
     entries = (entry.split("=", 1) if "=" in entry else (entry, None) for entry in identity)
     return {key: value for key, value in entries if key != "seed"}

@@ -135,7 +135,7 @@ class Verdict:
 
     metric: str
     tests: list[SignificanceResult]
-    difference: float  # of the means, method − ERM, in %
+    difference: float  # of the means, method − ERM, in points (the means are percentages)
     decision: str  # "better" | "worse" | "same" | "n/a"
     n_better: int  # tests with p < alpha and the method's model better
     n_worse: int
