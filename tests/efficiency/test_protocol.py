@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 import subprocess
@@ -16,7 +18,7 @@ from integration_helpers import FAST, REPO, cli_env, compose_config, file_bytes,
 from robustnlu.config_schema import check_config
 from robustnlu.data.readers import load_corpus
 from robustnlu.paths import shipped_config
-from robustnlu.efficiency.__main__ import PROTOCOL_FILE, protocol_settings, training_overrides
+from robustnlu.efficiency.__main__ import PROTOCOL_FILE, main as efficiency_main, protocol_settings, training_overrides
 from robustnlu.efficiency.subsets import efficiency_split, nested_subset
 from robustnlu.errors import ConfigError
 from robustnlu.rundir import RunDir
@@ -103,8 +105,29 @@ def run_protocol(topv2_cut, tmp_path, *args, relative=False):
     return proc, tmp_path / "sweep"
 
 
-def test_the_protocol_writes_points_fit_queries_and_plot(topv2_cut, tmp_path):
-    proc, sweep = run_protocol(topv2_cut, tmp_path, "--percents", "0,10,30,100", "--seeds", "0,1")
+def run_protocol_here(topv2_cut, folder: Path, *args) -> tuple[str, Path]:
+    """`run_protocol` with the driver in this process (its multiruns are ``python -m robustnlu``
+    subprocesses as ever, in `cli_env`'s environment), for the protocols whose results are checked
+    rather than the command line's behaviour, which `protocol` checks: what the driver printed,
+    and the sweep directory. Saves the driver's interpreter, whose composing imports Lightning."""
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as env, contextlib.redirect_stdout(printed):
+        for key in ("PYTHONPATH", "HF_HUB_OFFLINE"):
+            env.setenv(key, cli_env()[key])
+        env.chdir(folder)
+        assert efficiency_main([*args, *protocol_overrides(topv2_cut, folder)]) == 0
+    return printed.getvalue(), folder / "sweep"
+
+
+@pytest.fixture(scope="module")
+def joint_protocol(topv2_cut, tmp_path_factory) -> tuple[str, Path]:
+    """The joint protocol at 4 percentages and 2 seeds, trained once for the tests that read it:
+    `run_protocol_here`'s output and sweep directory."""
+    return run_protocol_here(topv2_cut, tmp_path_factory.mktemp("joint"), "--percents", "0,10,30,100", "--seeds", "0,1")
+
+
+def test_the_protocol_writes_points_fit_queries_and_plot(joint_protocol):
+    printed, sweep = joint_protocol
     runs = [json.loads(p.read_text()) for p in sweep.glob("*/results.json")]
     assert sorted((r["efficiency"]["percent"], r["seed"]) for r in runs) == [
         (p, s) for p in (0, 10, 30, 100) for s in (0, 1)]
@@ -117,13 +140,31 @@ def test_the_protocol_writes_points_fit_queries_and_plot(topv2_cut, tmp_path):
     assert set(curve["fit"]) >= {"a", "b", "c"} and [q["kind"] for q in curve["queries"]] == ["percent_for_metric"] * 2 + ["metric_at_percent"] * 2
     png = (sweep / "efficiency" / "efficiency.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
-    assert "exact match" in proc.stdout and "efficiency.md" in proc.stdout
+    assert "exact match" in printed and "efficiency.md" in printed
 
 
-def test_adapting_a_source_model_records_the_source_forgetting(topv2_cut, tmp_path):
-    _, sweep = run_protocol(topv2_cut, tmp_path, "--mode", "adapt", "--percents", "25", "--seeds", "0",
-                            "optimizer=conatural", "optimizer.fisher_samples=50", "optimizer.lr=0.05",
-                            "keep_last_checkpoint=true")  # the optimizer state (the Fisher) is in last.ckpt
+#: the adapt protocol's options, and its overrides: the co-natural optimiser, whose state (the
+#: Fisher) a finished run keeps in last.ckpt with keep_last_checkpoint=true
+ADAPT = ("--mode", "adapt", "--percents", "25", "--seeds", "0")
+CONATURAL = ("optimizer=conatural", "optimizer.fisher_samples=50", "optimizer.lr=0.05", "keep_last_checkpoint=true")
+
+
+@pytest.fixture(scope="module")
+def adapt_protocol(topv2_cut, tmp_path_factory) -> tuple[Path, Path]:
+    """The adapt protocol (`ADAPT`, `CONATURAL`) run whole, once: the folder whose ``sweep`` it
+    trained into, and a copy of that sweep directory as the protocol left it. The runs' records
+    name the source checkpoint by its absolute path (init_from, part of the adapt jobs' identity),
+    so the test that stops and continues the protocol does so in the folder itself; the others
+    read the copy, whatever ran before them."""
+    folder = tmp_path_factory.mktemp("adapt")
+    run_protocol_here(topv2_cut, folder, *ADAPT, *CONATURAL)
+    whole = tmp_path_factory.mktemp("adapt-whole") / "sweep"
+    shutil.copytree(folder / "sweep", whole)
+    return folder, whole
+
+
+def test_adapting_a_source_model_records_the_source_forgetting(adapt_protocol):
+    _, sweep = adapt_protocol
     (source,) = [json.loads(p.read_text()) for p in (sweep / "source").glob("*/results.json")]
     (adapted,) = [json.loads(p.read_text()) for p in (sweep / "adapt").glob("*/*/results.json")]
     assert source["efficiency"]["percent"] == 0 and adapted["efficiency"]["mode"] == "adapt"
@@ -146,42 +187,43 @@ def test_adapting_a_source_model_records_the_source_forgetting(topv2_cut, tmp_pa
     assert sum(float(f.double().sum()) for f in fisher) == pytest.approx(n * (0.9 + 0.1 * 10 / 0.9), rel=1e-4)
 
 
-def job_folders(sweep: Path) -> dict[float, str]:
-    """The percentage of each finished run of ``sweep`` -> the name of its folder, which ends with
-    the hash of the overrides it records."""
+def job_folders(sweep: Path) -> dict[tuple[float, int], str]:
+    """The percentage and seed of each finished run of ``sweep`` -> the name of its folder, which
+    ends with the hash of the overrides it records."""
     found = {}
     for results in sweep.glob("*/results.json"):
         run = RunDir(results.parent)
         assert run.path.name.endswith(f"-{job_hash(run.overrides())}")
-        found[run.results()["efficiency"]["percent"]] = run.path.name
+        found[(run.results()["efficiency"]["percent"], run.results()["seed"])] = run.path.name
     return found
 
 
-def test_the_protocols_runs_are_named_by_their_jobs_so_status_and_relaunch_find_them(topv2_cut, tmp_path):
-    """~2 min (five tiny trainings): the protocol at 0% and 100%, then in another sweep directory
-    with the percentages the other way round: each run's folder is named by its job (mode,
-    percentage, seed, hash), the same in both (numbered by position, the two would have swapped).
-    python -m robustnlu.sweep reads the sweep: both jobs finished; with one run's folder removed,
-    relaunch trains that job alone, into a folder of the same name, and leaves the other's run as
-    it was."""
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    _, first = run_protocol(topv2_cut, tmp_path / "a", "--percents", "0,100", "--seeds", "0")
-    _, swapped = run_protocol(topv2_cut, tmp_path / "b", "--percents", "100,0", "--seeds", "0")
+def test_the_protocols_runs_are_named_by_their_jobs_so_status_and_relaunch_find_them(joint_protocol, topv2_cut,
+                                                                                    tmp_path):
+    """~1 min (three tiny trainings): the protocol at 0, 10, 30 and 100%, seeds 0 and 1
+    (`joint_protocol`), then in another sweep directory at 100% and 0%, seed 0: each run's folder
+    is named by its job (mode, percentage, seed, hash), the same in both (numbered by position,
+    100% seed 0 would be the last but one job of the first and the first of the second).
+    python -m robustnlu.sweep reads the second sweep: both jobs finished; with one run's folder
+    removed, relaunch trains that job alone, into a folder of the same name, and leaves the
+    other's run as it was."""
+    _, first = joint_protocol
+    _, swapped = run_protocol_here(topv2_cut, tmp_path, "--percents", "100,0", "--seeds", "0")
     names = job_folders(first)
-    assert {p: name.rsplit("-", 1)[0] for p, name in names.items()} == {0: "joint-0pct-seed0", 100: "joint-100pct-seed0"}
-    assert job_folders(swapped) == names
+    assert {job: name.rsplit("-", 1)[0] for job, name in names.items()} == {
+        (p, s): f"joint-{p}pct-seed{s}" for p in (0, 10, 30, 100) for s in (0, 1)}
+    assert job_folders(swapped) == {job: names[job] for job in ((0, 0), (100, 0))}
     _, jobs = sweep_status(swapped)
-    assert [(j.state, j.folder.name) for j in jobs] == [("finished", names[100]), ("finished", names[0])]
+    assert [(j.state, j.folder.name) for j in jobs] == [("finished", names[(100, 0)]), ("finished", names[(0, 0)])]
 
-    kept = (swapped / names[0] / "results.json").read_bytes()
-    shutil.rmtree(swapped / names[100])
+    kept = (swapped / names[(0, 0)] / "results.json").read_bytes()
+    shutil.rmtree(swapped / names[(100, 0)])
     proc = subprocess.run([sys.executable, "-m", "robustnlu.sweep", "relaunch", str(swapped)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600, env=cli_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "2 jobs, 1 finished, 0 running, 0 queued (left alone), 1 to run again" in proc.stdout
-    assert job_folders(swapped) == names
-    assert (swapped / names[0] / "results.json").read_bytes() == kept
+    assert job_folders(swapped) == {job: names[job] for job in ((0, 0), (100, 0))}
+    assert (swapped / names[(0, 0)] / "results.json").read_bytes() == kept
 
 
 def test_conatural_without_a_source_model_is_a_config_error(tmp_path):
@@ -239,32 +281,34 @@ def finished_files(sweep: Path) -> dict[str, tuple[bytes, int]]:
     return {str(p.relative_to(sweep)): (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
 
 
-def test_a_protocol_stopped_after_its_source_stage_is_continued_with_resume_true(topv2_cut, tmp_path):
-    """~1 min (three tiny trainings): ``--mode adapt`` runs whole; its adapt stage and answers are
-    then removed, which leaves the sweep directory as a protocol stopped between its two stages
-    leaves it (protocol.json and the finished source run). The same command refuses it; with
-    resume=true it continues: the source run returns its stored result (its files untouched), the
-    adapt stage trains, into the folders it had (though the sweep directory is spelled relative to
-    the working directory now, absolute before), and the report is the uninterrupted protocol's."""
-    args = ("--mode", "adapt", "--percents", "25", "--seeds", "0")
-    _, sweep = run_protocol(topv2_cut, tmp_path, *args)
+def test_a_protocol_stopped_after_its_source_stage_is_continued_with_resume_true(adapt_protocol, topv2_cut):
+    """~1 min (one tiny training): ``--mode adapt`` has run whole (`adapt_protocol`, in its folder);
+    its adapt stage and answers are then removed, which leaves the sweep directory as a protocol
+    stopped between its two stages leaves it (protocol.json and the finished source run). The same
+    command refuses it; with resume=true it continues: the source run returns its stored result
+    (its files untouched), the adapt stage trains, into the folders it had (though the sweep
+    directory is spelled relative to the working directory now, absolute before), and the report
+    is the uninterrupted protocol's."""
+    folder, _ = adapt_protocol  # the folder the protocol ran in: the commands' working directory
+    args = (*ADAPT, *CONATURAL)
+    sweep = folder / "sweep"
     report = {name: (sweep / "efficiency" / name).read_bytes() for name in ("efficiency.json", "efficiency.md")}
     adapted = sorted(p.relative_to(sweep) for p in (sweep / "adapt").glob("*/*/results.json"))
     assert len(adapted) == 1
     source = finished_files(sweep / "source")
     assert len(source) >= 2 and json.loads((sweep / PROTOCOL_FILE).read_text()) == protocol_settings(
-        "adapt", [25], [0], training_overrides(protocol_overrides(topv2_cut, tmp_path)))
+        "adapt", [25], [0], training_overrides([*CONATURAL, *protocol_overrides(topv2_cut, folder)]))
     shutil.rmtree(sweep / "adapt")
     shutil.rmtree(sweep / "efficiency")
     stopped = file_bytes(sweep)
 
-    refused = protocol(topv2_cut, tmp_path, *args)
+    refused = protocol(topv2_cut, folder, *args)
     assert refused.returncode == 2 and refused.stderr == (
         f"error: hydra.sweep.dir {sweep} holds a protocol started earlier ({sweep / PROTOCOL_FILE}, 1 run(s)): "
         "continue it with resume=true, or choose a new sweep directory\n")
     assert file_bytes(sweep) == stopped
 
-    proc, _ = run_protocol(topv2_cut, tmp_path, *args, "resume=true", relative=True)
+    proc, _ = run_protocol(topv2_cut, folder, *args, "resume=true", relative=True)
     assert proc.stdout.count("has finished; its stored results.json is the result") == 1  # the source run
     assert finished_files(sweep / "source") == source
     assert sorted(p.relative_to(sweep) for p in (sweep / "adapt").glob("*/*/results.json")) == adapted
