@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -184,6 +185,28 @@ class SignalAtStep(pl.Callback):
                 signal.signal(signal.SIGINT, signal.default_int_handler)
             # the Python handler (submitit's) runs as soon as os.kill returns, before training goes on
             os.kill(os.getpid(), self.signum)
+
+
+class HoldUntilFile(pl.Callback):
+    """A run kept in training for as long as a test needs it: once ``step`` optimiser steps are
+    done it waits until the file ``path`` exists (at most ``timeout_s``, then it fails), so that the
+    test can look at a run that is certainly still training and then let it finish at once. Used
+    from the CLI: ``+callbacks.hold._target_=integration_helpers.HoldUntilFile
+    +callbacks.hold.path=<file>``."""
+
+    def __init__(self, path: str, step: int = 1, timeout_s: float = 300.0):
+        self.path = Path(path)
+        self.step = step
+        self.timeout_s = timeout_s
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step != self.step:
+            return
+        deadline = time.monotonic() + self.timeout_s
+        while not self.path.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"HoldUntilFile: {self.path} did not appear in {self.timeout_s} s")
+            time.sleep(0.1)
 
 
 class NonFiniteLossAtStep(pl.Callback):

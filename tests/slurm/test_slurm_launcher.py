@@ -379,12 +379,15 @@ def test_local_launcher_runs_a_two_job_sweep_in_parallel(tmp_path):
 
 @pytest.mark.slurm
 def test_status_shows_a_job_pending_in_slurm_as_queued_and_relaunch_leaves_it_alone(slurm, tmp_path):
-    """A 2-job Slurm sweep run one job at a time (array_parallelism=1): while job 0 trains, job 1
-    waits in Slurm's queue with no folder yet. `status` says so (``queued``, not ``missing``) and
-    `relaunch` leaves it alone (it used to submit it a second time). ~40 s."""
+    """A 2-job Slurm sweep run one job at a time (array_parallelism=1): while job 0 trains (held
+    after its first step until the test is done looking), job 1 waits in Slurm's queue with no
+    folder yet. `status` says so (``queued``, not ``missing``) and `relaunch` leaves it alone (it
+    used to submit it a second time). ~15 s."""
     sample = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=30)
     sweep_dir = tmp_path / "multirun"
-    args = ["-m", *FAST, "trainer.max_epochs=60", "~callbacks.early_stopping", *jsonl_overrides(sample), "seed=1,2",
+    go = tmp_path / "go"
+    args = ["-m", *FAST, "trainer.max_epochs=1", *jsonl_overrides(sample), "seed=1,2",
+            "+callbacks.hold._target_=integration_helpers.HoldUntilFile", f"+callbacks.hold.path={go}",
             "hydra/launcher=slurm", "hydra.launcher.mem_gb=1", "hydra.launcher.cpus_per_task=1",
             "hydra.launcher.timeout_min=20", "hydra.launcher.array_parallelism=1", f"hydra.sweep.dir={sweep_dir}"]
     with (tmp_path / "driver.log").open("w") as driver_log:
@@ -407,6 +410,7 @@ def test_status_shows_a_job_pending_in_slurm_as_queued_and_relaunch_leaves_it_al
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert "2 jobs, 0 finished, 1 running, 1 queued (left alone), 0 to run again" in proc.stdout
         assert "nothing to relaunch" in proc.stdout and not (sweep_dir / ".relaunch").exists()
+        go.touch()
         assert driver.wait(timeout=300) == 0, (tmp_path / "driver.log").read_text()[-3000:]
     finally:
         if driver.poll() is None:
