@@ -28,7 +28,7 @@ import logging
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -39,17 +39,18 @@ from robustnlu.errors import ConfigError, DataError
 from robustnlu.io import atomic_write_files, check_outputs, json_text
 from robustnlu.metrics.registry import NOISE
 from robustnlu.metrics.robustness import NoiseScore, read_suites, score_table
-from robustnlu.metrics.slu import SLUMetrics
 from robustnlu.noise.augment import build_transform
 from robustnlu.noise.base import noise_all
 from robustnlu.noise.casing import tokenizer_ignores_case
 from robustnlu.noise.suite import NoisyPair, load_noisy_suite
 from robustnlu.paths import data_dir, relocate_data
-from robustnlu.predictor import Predictor, inference_device
 from robustnlu.rundir import RunDir
 from robustnlu.runlock import check_not_running
 from robustnlu.seqdrift.pipeline import make_drift_split
 from robustnlu.seqdrift.shipped import SHIPPED_DIR
+
+if TYPE_CHECKING:
+    from robustnlu.predictor import Predictor
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ UNCASED_NOTE = "no-op: the encoder's tokenizer is uncased, casing noise cannot c
 
 def score(predictor: Predictor, utterances: Sequence[Utterance], batch_size: int) -> dict[str, float]:
     """Intent accuracy, slot F1 and frame accuracy of the predictor on ``utterances``."""
+    from robustnlu.metrics.slu import SLUMetrics  # torchmetrics: imported for the work only, as in `evaluate`
+
     predictions = predictor.predict_utterances(utterances, batch_size)
     metrics = SLUMetrics(intents=sorted({u.intent for u in utterances}))
     metrics.update([p[0] for p in predictions], [u.intent for u in utterances],
@@ -184,6 +187,9 @@ def run_corpus_of(run_cfg: DictConfig, corpus: Corpus) -> Corpus:
 def evaluate(cfg: DictConfig) -> str:
     if not cfg.get("suite"):
         raise ConfigError("choose at least one suite: suite=noisy_nlu or suite=[noisy_nlu,synthetic]")
+    # torch and Lightning, imported once the config is checked: `--help` and config errors stay fast
+    from robustnlu.predictor import Predictor, inference_device
+
     device = inference_device(cfg.device, "device")
     ckpt = Path(cfg.ckpt)
     run = RunDir.of_checkpoint(ckpt)

@@ -42,22 +42,35 @@ def test_malformed_input_one_line_error_no_output(sample, tmp_path, kind):
     assert not (tmp_path / "outputs").exists()  # Hydra's run dir was removed with its parents
 
 
-def test_secrets_never_reach_the_run_directory(sample, tmp_path):
+#: W&B and HF tokens, in the environment of `wandb_run`
+SECRETS = {"WANDB_API_KEY": "wandbsecret" + "0123456789abcdef0123456789abcdef01",
+           "HF_TOKEN": "hf_secretTOKEN0123456789", "HUGGING_FACE_HUB_TOKEN": "hf_otherSECRET98765"}
+
+
+@pytest.fixture(scope="module")
+def wandb_run(tmp_path_factory):
+    """One epoch with ``logger=wandb`` (offline by default: no WANDB_MODE) and `SECRETS` in the
+    environment: its run directory, read by the test of its secrets and the test of its W&B run."""
+    root = tmp_path_factory.mktemp("wandb_run")
+    sample = write_snips_sample_jsonl(root / "data", n_train=48, n_eval=16)
+    run_dir = root / "run"
+    proc = run_cli([*FAST, "trainer.max_epochs=1", *jsonl_overrides(sample), "logger=wandb", "seed=3",
+                    f"hydra.run.dir={run_dir}"], cwd=root, env=SECRETS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir
+
+
+def test_secrets_never_reach_the_run_directory(wandb_run):
     """W&B (offline, real run files) and HF tokens in the environment are not written anywhere
     under the run directory: results, config, logs, checkpoints, wandb files."""
-    secrets = {"WANDB_API_KEY": "wandbsecret" + "0123456789abcdef0123456789abcdef01",
-               "HF_TOKEN": "hf_secretTOKEN0123456789", "HUGGING_FACE_HUB_TOKEN": "hf_otherSECRET98765"}
-    run_dir = tmp_path / "run"
-    proc = run_cli([*FAST, "trainer.max_epochs=1", *jsonl_overrides(sample), "logger=wandb",
-                    f"hydra.run.dir={run_dir}"], cwd=tmp_path, env={**secrets, "WANDB_MODE": "offline"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = wandb_run
     wandb_files = list((run_dir / "wandb").rglob("*.wandb"))
     assert wandb_files, "a real offline W&B run file was written"
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     assert any(p.suffix == ".ckpt" for p in files) and (run_dir / "results.json").is_file()
     for path in files:
         data = path.read_bytes()
-        for value in secrets.values():
+        for value in SECRETS.values():
             assert value.encode() not in data, f"{value[:6]}… found in {path}"
 
 
@@ -149,11 +162,8 @@ def read_wandb_records(path):
     return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
 
 
-def test_wandb_run_is_grouped_by_scenario_with_final_metrics_in_its_summary(sample, tmp_path):
-    run_dir = tmp_path / "run"
-    proc = run_cli([*FAST, "trainer.max_epochs=1", *jsonl_overrides(sample), "logger=wandb", "seed=3",
-                    f"hydra.run.dir={run_dir}"], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def test_wandb_run_is_grouped_by_scenario_with_final_metrics_in_its_summary(wandb_run):
+    run_dir = wandb_run
     (run_file,) = (run_dir / "wandb").rglob("offline-run-*/*.wandb")  # offline by default
     records = read_wandb_records(run_file)
     run = next(r["run"] for r in records if "run" in r)

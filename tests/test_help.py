@@ -10,7 +10,6 @@ import functools
 import importlib.util
 import re
 import shlex
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from omegaconf import OmegaConf, open_dict
 from integration_helpers import CONF, REPO, run_cli
 from robustnlu.config_schema import check_config
 from robustnlu.seqdrift.__main__ import rewrite_flags
+from test_usage_errors import HEAVY, imported
 
 
 @dataclass(frozen=True)
@@ -53,14 +53,24 @@ TRAINING_EXTRA_GROUPS = {"experiment", "grid", "groups@method.groups", "adversar
 WIDTH = 100  # longest line of prose (an example command may be longer: it is copied, not read)
 
 
+@dataclass(frozen=True)
+class Answer:
+    returncode: int
+    stdout: str
+    stderr: str  # without the import lines
+    modules: frozenset[str]  # the modules it imported
+
+
 @functools.cache
-def cli(module: str, *args: str) -> subprocess.CompletedProcess:
+def cli(module: str, *args: str) -> Answer:
     """``python -m <module> <args>`` in a fresh empty folder (so that nothing it might write lands
-    in the repository)."""
+    in the repository), with ``-X importtime`` (as ``PYTHONPROFILEIMPORTTIME=1``) to tell what it
+    imported."""
     with tempfile.TemporaryDirectory() as cwd:
-        proc = run_cli(list(args), cwd=Path(cwd), module=module)
+        proc = run_cli(list(args), cwd=Path(cwd), env={"PYTHONPROFILEIMPORTTIME": "1"}, module=module)
         assert not any(Path(cwd).iterdir()), f"{module} {' '.join(args)} wrote files"
-    return proc
+    stderr = "".join(line for line in proc.stderr.splitlines(keepends=True) if not line.startswith("import time:"))
+    return Answer(proc.returncode, proc.stdout, stderr, frozenset(imported(proc.stderr)))
 
 
 def help_text(module: str) -> str:
@@ -168,6 +178,19 @@ def test_help_says_what_the_app_does_without_hydras_boilerplate(module):
     assert not top_keys & set(text.splitlines()), "the help dumps the config"
     long = [line for line in text.splitlines() if len(line) > WIDTH and not line.startswith("  python -m ")]
     assert not long
+
+
+@pytest.mark.parametrize("module", sorted(APPS))
+def test_help_and_the_config_dump_are_answered_before_torch_is_imported(module):
+    """As an argparse command's help (tests/test_usage_errors.py): neither ``--help`` nor ``--cfg
+    job`` runs the app, so neither waits for the seconds of importing torch, Lightning or
+    transformers (`HEAVY`) that its work needs."""
+    for args in (("--help",), ("--cfg", "job")):
+        answer = cli(module, *args)
+        assert answer.returncode == 0, answer.stderr
+        assert "robustnlu.cli" in answer.modules  # the import lines are there to read
+        heavy = sorted({m.split(".")[0] for m in answer.modules} & HEAVY)
+        assert heavy == [], f"{module} {' '.join(args)} imported {heavy}"
 
 
 @pytest.mark.parametrize("module", sorted(APPS))
