@@ -4,12 +4,15 @@ of a sweep's job list and runs again only what has not finished.
 
 The unit tests build sweep folders by hand; the integration tests train the tiny encoder: a
 2-method × 2-seed sweep killed mid-way, relaunched, then launched again with a third seed (~2 min),
-and a sweep with a bad value and a crash (~20 s); and run a SeqDrift sweep twice, its values in
+a sweep with other values into a copy of it as the kill left it (~15 s), and a sweep with a bad
+value and a crash (~20 s); and run a SeqDrift sweep twice, its values in
 either order (~15 s), and a SeqDrift job held while it reads, killed and run again (~15 s). The
 efficiency protocol's sweeps: tests/efficiency/test_protocol.py."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -369,12 +372,14 @@ def test_a_sweeps_finished_runs_come_in_its_job_list_order(tmp_path):
 
 
 # ---------------------------------------------------------------------------- real sweeps (tiny encoder)
-def _status(sweep: Path, cwd: Path) -> dict[str, tuple[str, str]]:
-    """``python -m robustnlu.sweep status --json``: the job's swept overrides -> (state, folder name)."""
-    proc = run_cli(["status", "--json", str(sweep)], cwd=cwd, module="robustnlu.sweep")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def _status(sweep: Path) -> dict[str, tuple[str, str]]:
+    """``python -m robustnlu.sweep status --json`` (its `main`, in this process): the job's swept
+    overrides -> (state, folder name)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["status", "--json", str(sweep)]) == 0
     found = {}
-    for line in proc.stdout.splitlines():
+    for line in out.getvalue().splitlines():
         job = json.loads(line)
         key = " ".join(o for o in job["overrides"] if o.startswith(("method=", "seed=")))
         found[key] = (job["state"], Path(job["folder"]).name if job["folder"] else None)
@@ -388,16 +393,18 @@ def _finished_files(folder: Path) -> dict[str, tuple[bytes, float]]:
     return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime) for p in files}
 
 
-def test_a_killed_sweep_is_relaunched_and_extended_without_training_its_finished_jobs_again(tmp_path):
-    """~2 min: a 2-method × 2-seed sweep SIGKILLed while its third job trains; status; relaunch
-    (only the interrupted and the missing job run); the same sweep with a third seed and
-    resume=true (only the new seed's jobs train); every finished job keeps its folder and files."""
-    data = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=30)
-    sweep = tmp_path / "sweep"
-    common = [*FAST, "trainer.max_epochs=3", *jsonl_overrides(data), f"hydra.sweep.dir={sweep}"]
-    log = (tmp_path / "driver.log").open("w")
-    driver = subprocess.Popen([sys.executable, "-m", "robustnlu", "-m", *common, "method=erm,topk", "seed=0,1"],
-                              cwd=tmp_path, env=cli_env(), stdout=log, stderr=subprocess.STDOUT)
+@pytest.fixture(scope="module")
+def killed_sweep(tmp_path_factory) -> dict:
+    """~30 s: a 2-method × 2-seed sweep (its ``overrides`` but the sweep dir) SIGKILLed while its
+    third job trains: ``sweep``, and ``copy``, a copy of it as the kill left it."""
+    root = tmp_path_factory.mktemp("killed")
+    data = write_snips_sample_jsonl(root / "data", n_train=120, n_eval=30)
+    sweep = root / "sweep"
+    overrides = [*FAST, "trainer.max_epochs=3", *jsonl_overrides(data)]
+    log = (root / "driver.log").open("w")
+    driver = subprocess.Popen([sys.executable, "-m", "robustnlu", "-m", *overrides, f"hydra.sweep.dir={sweep}",
+                               "method=erm,topk", "seed=0,1"],
+                              cwd=root, env=cli_env(), stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 400
     while time.time() < deadline and driver.poll() is None:
         done = list(sweep.glob("*/results.json"))
@@ -408,9 +415,19 @@ def test_a_killed_sweep_is_relaunched_and_extended_without_training_its_finished
             break
         time.sleep(0.05)
     driver.wait(timeout=60)
-    assert driver.returncode == -signal.SIGKILL, (tmp_path / "driver.log").read_text()[-3000:]
+    assert driver.returncode == -signal.SIGKILL, (root / "driver.log").read_text()[-3000:]
+    copy = tmp_path_factory.mktemp("killed_copy") / "sweep"
+    shutil.copytree(sweep, copy)
+    return {"sweep": sweep, "overrides": overrides, "copy": copy}
 
-    states = _status(sweep, tmp_path)
+
+def test_a_killed_sweep_is_relaunched_and_extended_without_training_its_finished_jobs_again(killed_sweep):
+    """~1 min: the `killed_sweep`; status; relaunch (only the interrupted and the missing job
+    run); the same sweep with a third seed and resume=true (only the new seed's jobs train); every
+    finished job keeps its folder and files."""
+    sweep = killed_sweep["sweep"]
+    common = [*killed_sweep["overrides"], f"hydra.sweep.dir={sweep}"]
+    states = _status(sweep)
     assert {k: s for k, (s, _) in states.items()} == {
         "method=erm seed=0": "finished", "method=erm seed=1": "finished",
         "method=topk seed=0": "interrupted", "method=topk seed=1": "missing"}
@@ -419,11 +436,11 @@ def test_a_killed_sweep_is_relaunched_and_extended_without_training_its_finished
     hydra_records = {names[k]: (sweep / names[k] / ".hydra" / "config.yaml").stat().st_mtime
                      for k in ("method=erm seed=0", "method=erm seed=1")}
 
-    proc = run_cli(["relaunch", str(sweep)], cwd=tmp_path, module="robustnlu.sweep")
+    proc = run_cli(["relaunch", str(sweep)], cwd=sweep.parent, module="robustnlu.sweep")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "4 jobs, 2 finished, 0 running, 0 queued (left alone), 2 to run again" in proc.stdout
     assert "hydra/sweeper=joblist" in proc.stdout and proc.stdout.count("resume=true: the run in") == 0
-    states = _status(sweep, tmp_path)
+    states = _status(sweep)
     assert {s for s, _ in states.values()} == {"finished"}
     assert {k: f for k, (_, f) in states.items()}.items() >= {k: names[k] for k in names if names[k]}.items()
     for name, files in finished.items():  # not launched at all: not even Hydra's record was rewritten
@@ -431,10 +448,10 @@ def test_a_killed_sweep_is_relaunched_and_extended_without_training_its_finished
         assert (sweep / name / ".hydra" / "config.yaml").stat().st_mtime == hydra_records[name]
 
     everything = {f: _finished_files(sweep / f) for _, f in states.values()}
-    proc = run_cli(["-m", *common, "seed=0,1,2", "method=erm,topk", "resume=true"], cwd=tmp_path)
+    proc = run_cli(["-m", *common, "seed=0,1,2", "method=erm,topk", "resume=true"], cwd=sweep.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("has finished; its stored results.json is the result") == 4
-    states = _status(sweep, tmp_path)
+    states = _status(sweep)
     assert len(states) == 6 and {s for s, _ in states.values()} == {"finished"}
     assert {f for _, f in states.values()} >= set(everything)  # the same folders
     for name, files in everything.items():
@@ -443,27 +460,25 @@ def test_a_killed_sweep_is_relaunched_and_extended_without_training_its_finished
         sorted(f for _, f in states.values())
 
 
-def test_a_sweep_with_other_values_into_the_directory_of_a_killed_one_keeps_its_jobs_that_never_started(tmp_path):
-    """~25 s: ``seed=0,1`` SIGKILLed in its first job (seed=1 never starts), then ``method=topk seed=0``
-    into the same sweep directory: status still lists the first sweep's jobs, the one that never
-    started as missing, and relaunch would run both of them again."""
-    data = write_snips_sample_jsonl(tmp_path / "data", n_train=48, n_eval=16)
-    sweep = tmp_path / "sweep"
-    common = [*FAST, "trainer.max_epochs=1", *jsonl_overrides(data), f"hydra.sweep.dir={sweep}"]
-    proc = run_cli(["-m", *common, "seed=0,1", "+callbacks.kill._target_=integration_helpers.KillAtStep",
-                    "+callbacks.kill.step=1"], cwd=tmp_path)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
-    proc = run_cli(["-m", *common, "method=topk", "seed=0"], cwd=tmp_path)
+def test_a_sweep_with_other_values_into_the_directory_of_a_killed_one_keeps_its_jobs_that_never_started(
+        killed_sweep, capsys):
+    """~15 s: ``method=topk seed=2`` into (a copy of) the `killed_sweep`'s directory, whose
+    ``method=topk seed=1`` never started: status still lists the first sweep's jobs, the one that
+    never started as missing, and relaunch would run the interrupted and the missing one again."""
+    sweep = killed_sweep["copy"]
+    proc = run_cli(["-m", *killed_sweep["overrides"], f"hydra.sweep.dir={sweep}", "method=topk", "seed=2"],
+                   cwd=sweep.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (sweep / ".multirun" / "1.yaml").is_file()
-    assert {k: s for k, (s, _) in _status(sweep, tmp_path).items()} == {
-        "method=topk seed=0": "finished", "seed=0": "interrupted", "seed=1": "missing"}
-    proc = run_cli(["relaunch", "--dry-run", str(sweep)], cwd=tmp_path, module="robustnlu.sweep")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.splitlines()[0] == f"{sweep}: 3 jobs, 1 finished, 0 running, 0 queued (left alone), 2 to run again"
+    assert {k: s for k, (s, _) in _status(sweep).items()} == {
+        "method=topk seed=2": "finished", "method=erm seed=0": "finished", "method=erm seed=1": "finished",
+        "method=topk seed=0": "interrupted", "method=topk seed=1": "missing"}
+    assert main(["relaunch", "--dry-run", str(sweep)]) == 0  # in this process
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"{sweep}: 5 jobs, 3 finished, 0 running, 0 queued (left alone), 2 to run again")
 
 
-def test_a_sweep_with_a_bad_value_and_a_crash_shows_each_failed_job_with_its_error(tmp_path):
+def test_a_sweep_with_a_bad_value_and_a_crash_shows_each_failed_job_with_its_error(tmp_path, capsys):
     """~20 s: optimizer.lr × trainer.val_check_interval, with lr -1 (refused by the schema: a user
     error) and val_check_interval 1000 (refused by Lightning's fit in an epoch of fewer batches: a crash). Each failed job leaves a
     record; status lists it as failed with its error line; the crash keeps its traceback."""
@@ -472,9 +487,9 @@ def test_a_sweep_with_a_bad_value_and_a_crash_shows_each_failed_job_with_its_err
     proc = run_cli(["-m", *FAST, "trainer.max_epochs=1", *jsonl_overrides(data), "optimizer.lr=5e-3,-1",
                     "++trainer.val_check_interval=1.0,1000", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     assert proc.returncode != 0
-    status = run_cli(["status", str(sweep)], cwd=tmp_path, module="robustnlu.sweep")
-    assert status.returncode == 0, status.stderr[-3000:]
-    lines = status.stdout.splitlines()
+    capsys.readouterr()
+    assert main(["status", str(sweep)]) == 0  # in this process
+    lines = capsys.readouterr().out.splitlines()
     assert lines[0].endswith("4 jobs (its multirun.yaml's job list): 1 finished, 3 failed, 0 running, "
                              "0 queued, 0 interrupted, 0 missing")
     lines += ["", ""]

@@ -17,13 +17,15 @@ from optuna.trial import TrialState
 from integration_helpers import FAST, run_cli, write_snips_sample_jsonl
 
 
-@pytest.fixture
-def data(tmp_path):
-    """A good jsonl sample and ``bad.jsonl``: its train split with a malformed line 5."""
-    paths = write_snips_sample_jsonl(tmp_path / "data", n_train=48, n_eval=16)
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A good jsonl sample and ``bad.jsonl``: its train split with a malformed line 5 (read only:
+    one for the module)."""
+    folder = tmp_path_factory.mktemp("data")
+    paths = write_snips_sample_jsonl(folder, n_train=48, n_eval=16)
     lines = paths["train"].read_text().splitlines()
     lines.insert(4, '{"tokens": ["play"')  # line 5: not JSON
-    paths["bad"] = tmp_path / "data" / "bad.jsonl"
+    paths["bad"] = folder / "bad.jsonl"
     paths["bad"].write_text("\n".join(lines) + "\n")
     return paths
 

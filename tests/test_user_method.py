@@ -22,6 +22,7 @@ from hydra.utils import instantiate
 from hydra_plugins.robustnlu_plugins.optuna_sweeper import sweep_overrides
 
 from integration_helpers import CONF, FAST, REPO, cli_env, file_bytes, run_cli, write_snips_sample_jsonl
+from robustnlu import hpo, report
 from robustnlu.cli import compose_run_config
 from robustnlu.errors import ConfigError
 from test_cli import read_wandb_records
@@ -100,14 +101,26 @@ class User:
     def searchpath(self) -> str:
         return f"hydra.searchpath=[file://{self.folder / 'myconf'}]"
 
+    @property
+    def pythonpath(self) -> str:
+        """The PYTHONPATH of the user's commands: their package, then `cli_env`'s."""
+        return os.pathsep.join([str(self.folder / "mypkg"), cli_env()["PYTHONPATH"]])
+
     def run(self, *args: str, module: str = "robustnlu"):
         """``python -m <module> <args>`` in the user's folder, their package on PYTHONPATH."""
-        path = os.pathsep.join([str(self.folder / "mypkg"), cli_env()["PYTHONPATH"]])
-        return run_cli(list(args), cwd=self.folder, env={"PYTHONPATH": path}, module=module)
+        return run_cli(list(args), cwd=self.folder, env={"PYTHONPATH": self.pythonpath}, module=module)
 
     def train(self, *args: str):
         """``python -m robustnlu`` with the user's config folder."""
         return self.run(*args, self.searchpath)
+
+    def enter(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """This process as `run` starts a command, for an entry point called here (and the
+        commands it starts): in the user's folder, their package importable."""
+        monkeypatch.chdir(self.folder)
+        monkeypatch.syspath_prepend(str(self.folder / "mypkg"))
+        monkeypatch.setenv("PYTHONPATH", self.pythonpath)
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="module")
@@ -131,11 +144,18 @@ def user(tmp_path_factory) -> User:
     return User(folder)
 
 
-def test_a_users_method_trains_in_a_sweep_under_its_own_name(user, tmp_path):
-    """~15 s: erm and the user's method logged to W&B, then the study report (the method beside ERM)."""
-    sweep = tmp_path / "sweep"
+@pytest.fixture(scope="module")
+def user_sweep(user, tmp_path_factory) -> Path:
+    """~15 s: erm and the user's method in one sweep, logged to W&B: its sweep dir."""
+    sweep = tmp_path_factory.mktemp("user_sweep") / "sweep"
     proc = user.train("-m", *TINY, "method=erm,batch_cvar", "logger=wandb", f"hydra.sweep.dir={sweep}")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return sweep
+
+
+def test_a_users_method_trains_in_a_sweep_under_its_own_name(user, user_sweep, tmp_path, monkeypatch):
+    """The `user_sweep` (erm and the user's method, logged to W&B), then the study report (the method beside ERM)."""
+    sweep = user_sweep
     results = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/results.json"))]
     assert sorted(r["method"] for r in results) == ["batch_cvar", "erm"]
     ours = next(r for r in results if r["method"] == "batch_cvar")
@@ -149,8 +169,8 @@ def test_a_users_method_trains_in_a_sweep_under_its_own_name(user, tmp_path):
     assert {r["display_name"] for r in runs} == {p.name for p in sweep.glob("*-seed*")}  # named as their folders
     assert "method=batch_cvar" in next(r["tags"] for r in runs if r["job_type"] == "batch_cvar")
 
-    report = user.run(str(sweep), "--out", str(tmp_path / "report"), "--rounds", "50", module="robustnlu.report")
-    assert report.returncode == 0, report.stderr[-3000:]
+    user.enter(monkeypatch)  # the report in this process
+    assert report.main([str(sweep), "--out", str(tmp_path / "report"), "--rounds", "50"]) == 0
     rows = (tmp_path / "report" / "table10_metrics.md").read_text().splitlines()  # one per scenario and method
     assert sorted(row.split(" | ")[4] for row in rows if row.startswith("| mysnips ")) == ["batch_cvar", "erm"]
 
@@ -209,12 +229,11 @@ def test_a_users_config_folder_that_is_missing_or_renames_a_shipped_file_is_one_
         compose_run_config([f"hydra.searchpath=[file://{tmp_path / 'defaults'}]"])
 
 
-def test_a_checkpoint_of_a_users_method_predicts_where_its_package_imports(user, tmp_path):
-    """~10 s: predict needs the method's class (its state is in the checkpoint); without the
-    user's package on the path the one line says so, not that the checkpoint is broken."""
-    run_dir = tmp_path / "run"
-    assert user.train(*TINY, "method=batch_cvar", f"hydra.run.dir={run_dir}").returncode == 0
-    (ckpt,) = (run_dir / "checkpoints").glob("best-*.ckpt")
+def test_a_checkpoint_of_a_users_method_predicts_where_its_package_imports(user, user_sweep, tmp_path):
+    """~10 s: predict needs the method's class (its state is in the checkpoint: the `user_sweep`'s
+    run of it); without the user's package on the path the one line says so, not that the
+    checkpoint is broken."""
+    (ckpt,) = user_sweep.glob("mysnips-batch_cvar-*/checkpoints/best-*.ckpt")
     proc = user.run("--ckpt", str(ckpt), "play adele", module="robustnlu.predict")
     assert proc.returncode == 0, proc.stderr[-3000:]
     elsewhere = run_cli(["--ckpt", str(ckpt), "play adele"], cwd=tmp_path, module="robustnlu.predict")
@@ -293,16 +312,16 @@ def test_the_hpo_search_of_a_users_method_is_what_it_declares(user, monkeypatch)
     assert type(objective).__module__ == "mymethods" and objective.alpha == 0.5
 
 
-def test_the_hpo_protocol_runs_a_users_method_from_its_declaration(user, tmp_path):
-    """~30 s: ``python -m robustnlu.hpo method=batch_cvar`` with no search config of the user's: a
+def test_the_hpo_protocol_runs_a_users_method_from_its_declaration(user, tmp_path, monkeypatch):
+    """~25 s: ``python -m robustnlu.hpo method=batch_cvar`` with no search config of the user's: a
     2-trial Optuna study over λ, γ and the declared α, best_params.json, the best setting retrained
-    with seed 1."""
+    with seed 1. The driver runs in this process (its search and retraining are its commands)."""
     assert not list(user.folder.rglob("hparams_search"))
     fast = [o for o in TINY if not o.startswith("optimizer.lr")]  # λ is searched
     out, storage = tmp_path / "hpo_run", f"sqlite:///{tmp_path}/hpo/optuna.db"
-    proc = user.run("--top", "1", "method=batch_cvar", user.searchpath, *fast, "hydra.sweeper.n_trials=2",
-                    f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={out}", module="robustnlu.hpo")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    user.enter(monkeypatch)
+    assert hpo.main(["--top", "1", "method=batch_cvar", user.searchpath, *fast, "hydra.sweeper.n_trials=2",
+                     f"paths.hpo_dir={tmp_path}/hpo", f"hydra.sweep.dir={out}"]) == 0
     study = optuna.load_study(study_name="mysnips-batch_cvar", storage=storage)
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 2
     for trial in study.trials:
