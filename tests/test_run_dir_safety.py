@@ -223,12 +223,26 @@ def test_an_allowed_override_trains_on_and_is_recorded(sample, killed_run, tmp_p
         "trainer.max_epochs": {"stored": 2, "now": 3}}
 
 
-def test_a_moved_run_resumes_to_the_uninterrupted_result(sample, killed_run, finished_run, tmp_path):
+@pytest.fixture(scope="module")
+def resumed_elsewhere(sample, killed_run, tmp_path_factory):
+    """The killed run moved to another folder and resumed there, over the lock of a process that
+    has ended (a killed run's own lock is one too; this one's pid is known): (the folder, the
+    resume's CompletedProcess, that pid). What a moved run and a stale lock each do is a test of
+    its own below."""
+    root = tmp_path_factory.mktemp("elsewhere")
+    run_dir = copy_of(killed_run, root / "moved")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run_dir / "run.lock").write_text(lock_of(dead.pid))
+    proc = run_cli(small(sample, root, run_dir, "resume=true", "+resume_override=[callbacks.kill]"), cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir, proc, dead.pid
+
+
+def test_a_moved_run_resumes_to_the_uninterrupted_result(finished_run, resumed_elsewhere):
     """The killed run's copy is its folder moved (the best score's reload: tests/test_rundir_claim.py);
     ``finished_run`` is the same run uninterrupted."""
-    moved = copy_of(killed_run, tmp_path / "elsewhere")
-    proc = run_cli(small(sample, tmp_path, moved, "resume=true", "+resume_override=[callbacks.kill]"), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    moved, proc, _ = resumed_elsewhere
     assert "dirpath has changed" not in proc.stderr and "weights_only" not in proc.stderr
     a, b = (json.loads((d / "results.json").read_text()) for d in (finished_run, moved))
     assert b["best_checkpoint"] == a["best_checkpoint"]
@@ -278,14 +292,9 @@ def test_a_folder_locked_by_a_live_process_is_refused_naming_it(sample, killed_r
         run_cli(small(sample, tmp_path, run_dir, "resume=true", "+resume_override=[callbacks.kill]"), cwd=tmp_path))
 
 
-def test_the_lock_of_a_dead_process_is_taken_over_and_released_at_the_end(sample, killed_run, tmp_path):
-    run_dir = copy_of(killed_run, tmp_path)
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    (run_dir / "run.lock").write_text(lock_of(dead.pid))
-    proc = run_cli(small(sample, tmp_path, run_dir, "resume=true", "+resume_override=[callbacks.kill]"), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"taking over the lock of process {dead.pid}" in proc.stderr
+def test_the_lock_of_a_dead_process_is_taken_over_and_released_at_the_end(resumed_elsewhere):
+    run_dir, proc, dead_pid = resumed_elsewhere
+    assert f"taking over the lock of process {dead_pid}" in proc.stderr
     assert (run_dir / "results.json").is_file() and not (run_dir / "run.lock").exists()
 
 
