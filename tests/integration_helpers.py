@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -139,6 +140,21 @@ class KillAtStep(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step == self.step:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class WaitForFile(pl.Callback):
+    """Holds a run at the start of training until ``path`` exists (at most ``timeout`` seconds), so
+    that a test can act while the run is certainly still running. Used from the CLI:
+    ``+callbacks.wait._target_=integration_helpers.WaitForFile +callbacks.wait.path=<file>``."""
+
+    def __init__(self, path: str, timeout: float = 120.0):
+        self.path = Path(path)
+        self.timeout = timeout
+
+    def on_train_start(self, trainer, pl_module):
+        deadline = time.monotonic() + self.timeout
+        while not self.path.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
 
 
 class KillInValidation(pl.Callback):

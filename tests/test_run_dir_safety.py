@@ -299,13 +299,18 @@ def test_the_lock_of_a_dead_process_is_taken_over_and_released_at_the_end(resume
 
 
 def test_a_second_training_into_a_folder_in_use_is_refused_and_the_first_finishes(sample, tmp_path):
-    run_dir = tmp_path / "run"
-    first = subprocess.Popen([sys.executable, "-m", "robustnlu", *small(sample, tmp_path, run_dir, "trainer.max_epochs=4")],
+    run_dir, go = tmp_path / "run", tmp_path / "go"
+    # the first run waits at the start of training until the second has been answered: without
+    # that, it could finish first, and the second would return its result instead of being refused
+    held = ["trainer.max_epochs=4", "+callbacks.wait._target_=integration_helpers.WaitForFile",
+            f"+callbacks.wait.path={go}"]
+    first = subprocess.Popen([sys.executable, "-m", "robustnlu", *small(sample, tmp_path, run_dir, *held)],
                              cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while not (run_dir / "status.json").exists() and first.poll() is None and time.time() < deadline:
         time.sleep(0.2)
-    second = run_cli(small(sample, tmp_path, run_dir, "trainer.max_epochs=4", "resume=true"), cwd=tmp_path)
+    second = run_cli(small(sample, tmp_path, run_dir, *held, "resume=true"), cwd=tmp_path)
+    go.touch()
     out, err = first.communicate(timeout=600)
     assert first.returncode == 0, err[-3000:]
     assert one_error(second).startswith(f"error: {run_dir} is in use by process {first.pid} on ")
