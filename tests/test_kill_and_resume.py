@@ -43,11 +43,17 @@ def read(run_dir, name):
     return json.loads(path.read_text()) if name.endswith(".json") else path.read_text()
 
 
-def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_result(sample, tmp_path):
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    done = train(sample, straight)
+@pytest.fixture(scope="module")
+def straight(sample, tmp_path_factory):
+    """The uninterrupted run, which the killed and the full-disk run resume to: tests only read it."""
+    run_dir = tmp_path_factory.mktemp("straight") / "run"
+    done = train(sample, run_dir)
     assert done.returncode == 0, done.stderr[-3000:]
+    return run_dir
 
+
+def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_result(sample, straight, tmp_path):
+    killed = tmp_path / "killed"
     kill_step = STEPS_PER_EPOCH + 7  # epoch 1, batch 7: two steps after the mid-epoch checkpoint at step 20
     started = time.monotonic()
     dead = train(sample, killed, "+callbacks.kill._target_=integration_helpers.KillAtStep",
@@ -221,9 +227,8 @@ def small_disk(tmp_path):
 
 
 def test_a_full_disk_fails_in_one_line_with_a_true_status_and_resumes_from_the_last_complete_checkpoint(
-        sample, tmp_path, small_disk):
-    straight, run_dir, filler = tmp_path / "straight", small_disk / "run", small_disk / "filler"
-    assert train(sample, straight).returncode == 0
+        sample, small_disk, straight):
+    run_dir, filler = small_disk / "run", small_disk / "filler"
     full = train(sample, run_dir, "+callbacks.fill._target_=integration_helpers.FillDiskAtStep",
                  "+callbacks.fill.step=6", f"+callbacks.fill.path={filler}")
     assert full.returncode == 2, full.stderr[-3000:]

@@ -223,12 +223,26 @@ def test_an_allowed_override_trains_on_and_is_recorded(sample, killed_run, tmp_p
         "trainer.max_epochs": {"stored": 2, "now": 3}}
 
 
-def test_a_moved_run_resumes_to_the_uninterrupted_result(sample, killed_run, finished_run, tmp_path):
+@pytest.fixture(scope="module")
+def resumed_elsewhere(sample, killed_run, tmp_path_factory):
+    """The killed run moved to another folder and resumed there, over the lock of a process that
+    has ended (a killed run's own lock is one too; this one's pid is known): (the folder, the
+    resume's CompletedProcess, that pid). What a moved run and a stale lock each do is a test of
+    its own below."""
+    root = tmp_path_factory.mktemp("elsewhere")
+    run_dir = copy_of(killed_run, root / "moved")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run_dir / "run.lock").write_text(lock_of(dead.pid))
+    proc = run_cli(small(sample, root, run_dir, "resume=true", "+resume_override=[callbacks.kill]"), cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir, proc, dead.pid
+
+
+def test_a_moved_run_resumes_to_the_uninterrupted_result(finished_run, resumed_elsewhere):
     """The killed run's copy is its folder moved (the best score's reload: tests/test_rundir_claim.py);
     ``finished_run`` is the same run uninterrupted."""
-    moved = copy_of(killed_run, tmp_path / "elsewhere")
-    proc = run_cli(small(sample, tmp_path, moved, "resume=true", "+resume_override=[callbacks.kill]"), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    moved, proc, _ = resumed_elsewhere
     assert "dirpath has changed" not in proc.stderr and "weights_only" not in proc.stderr
     a, b = (json.loads((d / "results.json").read_text()) for d in (finished_run, moved))
     assert b["best_checkpoint"] == a["best_checkpoint"]
@@ -278,25 +292,25 @@ def test_a_folder_locked_by_a_live_process_is_refused_naming_it(sample, killed_r
         run_cli(small(sample, tmp_path, run_dir, "resume=true", "+resume_override=[callbacks.kill]"), cwd=tmp_path))
 
 
-def test_the_lock_of_a_dead_process_is_taken_over_and_released_at_the_end(sample, killed_run, tmp_path):
-    run_dir = copy_of(killed_run, tmp_path)
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    (run_dir / "run.lock").write_text(lock_of(dead.pid))
-    proc = run_cli(small(sample, tmp_path, run_dir, "resume=true", "+resume_override=[callbacks.kill]"), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"taking over the lock of process {dead.pid}" in proc.stderr
+def test_the_lock_of_a_dead_process_is_taken_over_and_released_at_the_end(resumed_elsewhere):
+    run_dir, proc, dead_pid = resumed_elsewhere
+    assert f"taking over the lock of process {dead_pid}" in proc.stderr
     assert (run_dir / "results.json").is_file() and not (run_dir / "run.lock").exists()
 
 
 def test_a_second_training_into_a_folder_in_use_is_refused_and_the_first_finishes(sample, tmp_path):
-    run_dir = tmp_path / "run"
-    first = subprocess.Popen([sys.executable, "-m", "robustnlu", *small(sample, tmp_path, run_dir, "trainer.max_epochs=4")],
+    run_dir, go = tmp_path / "run", tmp_path / "go"
+    # the first run waits at the start of training until the second has been answered: without
+    # that, it could finish first, and the second would return its result instead of being refused
+    held = ["trainer.max_epochs=4", "+callbacks.wait._target_=integration_helpers.WaitForFile",
+            f"+callbacks.wait.path={go}"]
+    first = subprocess.Popen([sys.executable, "-m", "robustnlu", *small(sample, tmp_path, run_dir, *held)],
                              cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while not (run_dir / "status.json").exists() and first.poll() is None and time.time() < deadline:
         time.sleep(0.2)
-    second = run_cli(small(sample, tmp_path, run_dir, "trainer.max_epochs=4", "resume=true"), cwd=tmp_path)
+    second = run_cli(small(sample, tmp_path, run_dir, *held, "resume=true"), cwd=tmp_path)
+    go.touch()
     out, err = first.communicate(timeout=600)
     assert first.returncode == 0, err[-3000:]
     assert one_error(second).startswith(f"error: {run_dir} is in use by process {first.pid} on ")

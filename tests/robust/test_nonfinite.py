@@ -12,8 +12,8 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from integration_helpers import FAST, SMALL_DRIFT, NonFiniteLossAtStep, compose_config, jsonl_overrides, run_cli, \
-    write_snips_sample_jsonl
+from integration_helpers import FAST, SMALL_DRIFT, NonFiniteLossAtStep, compose_config, jsonl_overrides, \
+    method_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu.errors import ConfigError, NonFiniteLoss
 from robustnlu.train import build_trainer, prepare
 from tests.robust.test_methods_end_to_end import METHODS
@@ -65,10 +65,16 @@ def sample(tmp_path_factory):
     return write_snips_sample_jsonl(tmp_path_factory.mktemp("snips"), n_train=600, n_eval=60)
 
 
-def fit(method, sample, out, on_nonfinite, watch_step):
-    overrides = [*FAST, *jsonl_overrides(sample), *SMALL_DRIFT, f"method={method}", "trainer.max_epochs=1",
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One ``paths.cache_dir`` for the module: the drift split of `sample` is computed once."""
+    return tmp_path_factory.mktemp("cache")
+
+
+def fit(method, sample, cache, out, on_nonfinite, watch_step):
+    overrides = [*FAST, *jsonl_overrides(sample), *SMALL_DRIFT, *method_overrides(method), "trainer.max_epochs=1",
                  "data.batch_size=64", "+trainer.limit_train_batches=4", "+trainer.limit_val_batches=1",
-                 f"trainer.on_nonfinite={on_nonfinite}", f"paths.cache_dir={out.parent / 'cache'}"]
+                 f"trainer.on_nonfinite={on_nonfinite}", f"paths.cache_dir={cache}"]
     cfg = compose_config(overrides, out)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     parts = prepare(cfg)
@@ -79,8 +85,8 @@ def fit(method, sample, out, on_nonfinite, watch_step):
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_a_skipped_batch_changes_no_state(method, sample, tmp_path):
-    module, trainer, watch, run_fit = fit(method, sample, tmp_path / "run", "skip", BAD_STEP)
+def test_a_skipped_batch_changes_no_state(method, sample, cache, tmp_path):
+    module, trainer, watch, run_fit = fit(method, sample, cache, tmp_path / "run", "skip", BAD_STEP)
     with pytest.warns(UserWarning, match=r"non-finite loss in training batch 1 of epoch 0 after 1 optimizer steps"):
         run_fit()
     assert module.nonfinite_skips == 1
@@ -92,10 +98,10 @@ def test_a_skipped_batch_changes_no_state(method, sample, tmp_path):
 
 
 @pytest.mark.parametrize("method", ["group_dro", "topic_cvar"])
-def test_the_same_batch_without_the_guard_would_corrupt_the_state(method, sample, tmp_path):
+def test_the_same_batch_without_the_guard_would_corrupt_the_state(method, sample, cache, tmp_path):
     """The guard is what protects the state: the objective fed the bad batch's losses directly
     turns its group weights / averages non-finite (0·inf in the membership products)."""
-    module, trainer, watch, run_fit = fit(method, sample, tmp_path / "run", "stop", BAD_STEP)
+    module, trainer, watch, run_fit = fit(method, sample, cache, tmp_path / "run", "stop", BAD_STEP)
     captured = {}
 
     class Capture(pl.Callback):
@@ -113,8 +119,8 @@ def test_the_same_batch_without_the_guard_would_corrupt_the_state(method, sample
 
 
 @pytest.mark.parametrize("method", ["group_dro", "pdro"])
-def test_stop_raises_before_the_objective_sees_the_batch(method, sample, tmp_path):
-    module, trainer, watch, run_fit = fit(method, sample, tmp_path / "run", "stop", BAD_STEP)
+def test_stop_raises_before_the_objective_sees_the_batch(method, sample, cache, tmp_path):
+    module, trainer, watch, run_fit = fit(method, sample, cache, tmp_path / "run", "stop", BAD_STEP)
     with pytest.raises(NonFiniteLoss, match=r"training batch 1 of epoch 0 after 1 optimizer steps: (s-\w+-\d+) "
                                             r"\(slot [0-9.e+-]+, intent inf\); batch uids: \1( s-\w+-\d+){63};"):
         run_fit()
@@ -124,9 +130,9 @@ def test_stop_raises_before_the_objective_sees_the_batch(method, sample, tmp_pat
     assert module.nonfinite_skips == 0
 
 
-def test_an_unknown_policy_is_a_config_error(sample, tmp_path):
+def test_an_unknown_policy_is_a_config_error(sample, cache, tmp_path):
     with pytest.raises(ConfigError, match=r"^trainer.on_nonfinite: expected one of stop, skip \(got ignore\)$"):
-        fit("erm", sample, tmp_path / "run", "ignore", BAD_STEP)
+        fit("erm", sample, cache, tmp_path / "run", "ignore", BAD_STEP)
 
 
 def test_cli_stop_leaves_a_resumable_run_and_skip_counts_the_batch(tmp_path):
@@ -178,13 +184,13 @@ def test_skip_is_refused_under_ddp(sample, tmp_path):
         parts.module.setup("fit")
 
 
-def test_a_non_finite_validation_loss_never_reaches_the_selection_criterion(sample, tmp_path):
+def test_a_non_finite_validation_loss_never_reaches_the_selection_criterion(sample, cache, tmp_path):
     """Greedy-Minmax gets per-example validation losses: a NaN one stops the run (whatever
     on_nonfinite says: a validation cannot be dropped) before the criterion is updated."""
     cfg = compose_config([*FAST, *jsonl_overrides(sample), *SMALL_DRIFT, "method=rpdro", "selection=greedy_minmax",
                           "selection.criterion.score=loss", "trainer.max_epochs=1", "trainer.on_nonfinite=skip",
                           "+trainer.limit_train_batches=2", "+trainer.num_sanity_val_steps=0",
-                          f"paths.cache_dir={tmp_path / 'cache'}"], tmp_path / "run")
+                          f"paths.cache_dir={cache}"], tmp_path / "run")
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     parts = prepare(cfg)
 

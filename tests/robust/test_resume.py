@@ -4,11 +4,14 @@ every later step, same objective state and own optimiser states at the end)."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import pytorch_lightning as pl
 import torch
 
-from integration_helpers import FAST, METHODS, SMALL_DRIFT, compose_config, jsonl_overrides, write_snips_sample_jsonl
+from integration_helpers import FAST, METHODS, SMALL_DRIFT, compose_config, jsonl_overrides, method_overrides, \
+    write_snips_sample_jsonl
 from robustnlu.train import build_trainer, prepare
 
 #: 600 training utterances (minus the drift's test and valid share) in batches of 128 (581 = 4 × 128 + 69)
@@ -41,11 +44,17 @@ class StopAfterFirstEpoch(pl.Callback):
 ACCELERATORS = {"cpu": [], "cuda": ["trainer.accelerator=gpu", "trainer.deterministic=true"]}
 
 
-def fit(method: str, sample, out, ckpt_path=None, interrupt=False, accelerator="cpu"):
-    overrides = [*FAST, *jsonl_overrides(sample), *SMALL_DRIFT, f"method={method}", "trainer.max_epochs=3",
-                 "data.batch_size=128", "+trainer.limit_val_batches=1",
-                 f"paths.cache_dir={out.parent / 'cache'}", *ACCELERATORS[accelerator]]
-    cfg = compose_config(overrides, out)
+def config(method: str, sample, cache, out, accelerator="cpu"):
+    """The config of a test's three runs, composed once (`fit` sets each one's ``paths.output_dir``)."""
+    overrides = [*FAST, *jsonl_overrides(sample), *SMALL_DRIFT, *method_overrides(method), "trainer.max_epochs=3",
+                 "data.batch_size=128", "+trainer.limit_val_batches=1", f"paths.cache_dir={cache}",
+                 *ACCELERATORS[accelerator]]
+    return compose_config(overrides, out)
+
+
+def fit(cfg, out, ckpt_path=None, interrupt=False):
+    cfg = copy.deepcopy(cfg)
+    cfg.paths.output_dir = str(out)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     parts = prepare(cfg)
     dm, module = parts.datamodule, parts.module
@@ -61,14 +70,20 @@ def sample(tmp_path_factory):
     return write_snips_sample_jsonl(tmp_path_factory.mktemp("snips"), n_train=600, n_eval=60)
 
 
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One ``paths.cache_dir`` for the module: the drift split, the same for every method, is computed once."""
+    return tmp_path_factory.mktemp("cache")
+
+
 @pytest.mark.parametrize("accelerator", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("method", METHODS)
-def test_resumed_run_continues_like_the_uninterrupted_one(method, accelerator, sample, tmp_path):
-    straight, straight_run = fit(method, sample, tmp_path / "straight", accelerator=accelerator)
-    fit(method, sample, tmp_path / "stopped", interrupt=True, accelerator=accelerator)
-    resumed, resumed_run = fit(method, sample, tmp_path / "resumed",
-                               ckpt_path=str(tmp_path / "stopped" / "checkpoints" / "last.ckpt"),
-                               accelerator=accelerator)
+def test_resumed_run_continues_like_the_uninterrupted_one(method, accelerator, sample, cache, tmp_path):
+    cfg = config(method, sample, cache, tmp_path, accelerator)
+    straight, straight_run = fit(cfg, tmp_path / "straight")
+    fit(cfg, tmp_path / "stopped", interrupt=True)
+    resumed, resumed_run = fit(cfg, tmp_path / "resumed",
+                               ckpt_path=str(tmp_path / "stopped" / "checkpoints" / "last.ckpt"))
     assert straight_run.devices == resumed_run.devices == {accelerator}
     straight_losses, resumed_losses = straight_run.losses, resumed_run.losses
     assert max(straight_losses) == 3 * STEPS_PER_EPOCH
