@@ -142,21 +142,6 @@ class KillAtStep(pl.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-class WaitForFile(pl.Callback):
-    """Holds a run at the start of training until ``path`` exists (at most ``timeout`` seconds), so
-    that a test can act while the run is certainly still running. Used from the CLI:
-    ``+callbacks.wait._target_=integration_helpers.WaitForFile +callbacks.wait.path=<file>``."""
-
-    def __init__(self, path: str, timeout: float = 120.0):
-        self.path = Path(path)
-        self.timeout = timeout
-
-    def on_train_start(self, trainer, pl_module):
-        deadline = time.monotonic() + self.timeout
-        while not self.path.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-
-
 class KillInValidation(pl.Callback):
     """`KillAtStep` during validation: SIGKILL once validation batch ``batch`` of epoch ``epoch``
     is done (the sanity check excluded). Used from the CLI like `KillAtStep`."""

@@ -300,10 +300,10 @@ def test_the_lock_of_a_dead_process_is_taken_over_and_released_at_the_end(resume
 
 def test_a_second_training_into_a_folder_in_use_is_refused_and_the_first_finishes(sample, tmp_path):
     run_dir, go = tmp_path / "run", tmp_path / "go"
-    # the first run waits at the start of training until the second has been answered: without
-    # that, it could finish first, and the second would return its result instead of being refused
-    held = ["trainer.max_epochs=4", "+callbacks.wait._target_=integration_helpers.WaitForFile",
-            f"+callbacks.wait.path={go}"]
+    # the first run waits after its first step until the second has been answered: without that,
+    # it could finish first, and the second would return its result instead of being refused
+    held = ["trainer.max_epochs=4", "+callbacks.hold._target_=integration_helpers.HoldUntilFile",
+            f"+callbacks.hold.path={go}"]
     first = subprocess.Popen([sys.executable, "-m", "robustnlu", *small(sample, tmp_path, run_dir, *held)],
                              cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
