@@ -10,6 +10,7 @@ at most the encoder's (also for an ``encoder=hf`` model the run downloads: check
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import re
 import subprocess
@@ -85,7 +86,13 @@ def ranged(spec: Spec, key: str, value: Any) -> Iterator[tuple[str, Scalar]]:
 
 
 def composed(overrides: list[str]) -> dict[str, Any]:
-    """The config ``python -m robustnlu encoder=tiny <overrides>`` runs, as plain values."""
+    """The config ``python -m robustnlu encoder=tiny <overrides>`` runs, as plain values (a copy
+    of its own: composed once per list of overrides, as the same overrides compose the same config)."""
+    return copy.deepcopy(_composed(tuple(overrides)))
+
+
+@functools.cache
+def _composed(overrides: tuple[str, ...]) -> dict[str, Any]:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["encoder=tiny", *overrides])
     with open_dict(cfg):

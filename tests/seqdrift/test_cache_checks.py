@@ -16,13 +16,14 @@ import subprocess
 
 import pytest
 
-from integration_helpers import FAST, REPO, SMALL_DRIFT, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from integration_helpers import FAST, REPO, SMALL_DRIFT, compose_config, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu.errors import DataError
 from robustnlu.seqdrift.artifact import CLUSTERS_FILE, SPLIT_FILE, STATS_FILE, artifact_dir, clusters_dir
 from robustnlu.seqdrift.entries import SUMS_FILE
 from robustnlu.seqdrift.pipeline import make_drift_split
 from robustnlu.paths import DATA_DIR
 from robustnlu.seqdrift.shipped import MANIFEST_FILE, SHIPPED_DIR, manifest
+from robustnlu.train import run
 
 RECOMPUTING = "recomputing the cache entry"
 
@@ -231,10 +232,10 @@ def test_the_cli_refuses_a_canonical_split_that_differs_from_the_manifest(tmp_pa
     assert not (tmp_path / "run").exists() and not list((tmp_path / "cache").rglob(SPLIT_FILE))
 
 
-def test_training_recomputes_a_cached_split_with_a_misspelt_split_name(tmp_path):
+def test_training_recomputes_a_cached_split_with_a_misspelt_split_name(tmp_path, caplog):
     """The user's case: ``"test"`` renamed ``"tset"`` in a cached split.json. Neither
-    `python -m robustnlu.seqdrift` nor a training run uses it (used, training would stop on
-    ``KeyError: 'tset'``)."""
+    `python -m robustnlu.seqdrift` nor a training run (`robustnlu.train.run`, which
+    ``python -m robustnlu`` runs) uses it (used, training would stop on ``KeyError: 'tset'``)."""
     data = jsonl_overrides(write_snips_sample_jsonl(tmp_path / "data", n_train=600, n_eval=60))
     cache = f"paths.cache_dir={tmp_path / 'cache'}"
     made = run_cli([*data, *SMALL_DRIFT, cache, f"hydra.run.dir={tmp_path / 'split'}"], cwd=tmp_path, module="robustnlu.seqdrift")
@@ -247,10 +248,10 @@ def test_training_recomputes_a_cached_split_with_a_misspelt_split_name(tmp_path)
     assert path.read_bytes() == (tmp_path / "split2" / SPLIT_FILE).read_bytes() == written
     path.write_text(path.read_text().replace('"test"', '"tset"'))
     run_dir = tmp_path / "run"
-    trained = run_cli([*FAST, *data, *SMALL_DRIFT, cache, "trainer.max_epochs=1", "+trainer.limit_train_batches=2",
-                       "+trainer.limit_val_batches=1", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
-    assert trained.returncode == 0, trained.stderr[-3000:]
-    assert (trained.stdout + trained.stderr).count(RECOMPUTING) == 1
+    with caplog.at_level(logging.INFO, logger="robustnlu"):
+        run(compose_config([*FAST, *data, *SMALL_DRIFT, cache, "trainer.max_epochs=1", "+trainer.limit_train_batches=2",
+                            "+trainer.limit_val_batches=1"], run_dir))
+    assert len(recomputations(caplog)) == 1
     results = json.loads((run_dir / "results.json").read_text())
     assert results["drift"]["split_key"] == path.parent.name and path.read_bytes() == written
     assert results["sizes"]["test"] == sum(row["split"] == "test" for row in json.loads(written)["rows"]) > 0
