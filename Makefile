@@ -12,7 +12,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # takes the driver's options here, after its overrides (ARGS='--percents 0,10,50,100').
 ARGS ?=
 
-.PHONY: install run noise-study efficiency-study reproduce reproduction-report test test-wheel test-slow test-gpu bench device-wheels device-check clean
+.PHONY: install run noise-study efficiency-study reproduce reproduction-report test test-wheel test-slurm test-slow test-gpu bench device-wheels device-check clean
 
 install: $(STAMP)
 
@@ -65,9 +65,9 @@ reproduce: install
 reproduction-report: install
 	$(PY) -m robustnlu.reproduce report
 
-# The default suite (fast); `make test-slow` adds the slow tests (and the wheel's). Test files run
-# in TEST_WORKERS processes at once (pytest-xdist; a file's tests stay in one process: its
-# module fixtures, the one Slurm), each with its share of the cores (tests/conftest.py).
+# The default suite (fast); `make test-slow` adds the slow tests (and the wheel's and Slurm's). Test
+# files run in TEST_WORKERS processes at once (pytest-xdist; a file's tests stay in one process: its
+# module fixtures), each with its share of the cores (tests/conftest.py).
 TEST_WORKERS ?= auto
 test: install
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
@@ -76,6 +76,12 @@ test: install
 # (tests/test_wheel.py; about a minute). CI runs it after `make test`.
 test-wheel: install
 	$(PY) -m pytest -m wheel
+
+# The launchers through a real single-node Slurm (tests/slurm/; about 2 minutes): as root it installs
+# and starts Slurm (tests/slurm/start_slurm.sh), elsewhere the tests skip with the reason.
+# CI runs it after `make test`, with ROBUSTNLU_REQUIRE_SLURM=1 (a skip fails there).
+test-slurm: install
+	$(PY) -m pytest -m slurm
 
 test-slow: install
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not gpu"

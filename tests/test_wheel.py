@@ -9,7 +9,7 @@ fresh venv (without system site-packages, without pip) reaches the already insta
 dependencies through a ``.pth`` file naming this environment's site-packages; robustnlu itself
 comes only from the wheel (no PYTHONPATH, no editable install: a ``.pth`` line adds a folder
 without running the ``.pth`` files in it). Marked ``wheel``: not in ``make test``, run by
-``make test-wheel`` (CI runs both, .ci/run) and by ``make test-slow``."""
+``make test-wheel`` (CI runs it, .ci/run) and by ``make test-slow``."""
 
 from __future__ import annotations
 

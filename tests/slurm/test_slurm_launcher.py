@@ -4,9 +4,10 @@ processes (`hydra/launcher=local`), each finding both runs' results.json; a Slur
 signalled in mid-epoch as at a time limit, requeued by submitit and resumed from last.ckpt; and a
 `trainer=ddp` job run as one Slurm task per device.
 
-The Slurm test needs root (it installs slurm-wlm/munge with apt-get if missing and starts the
-daemons); it skips, with the reason, where that is impossible, unless ROBUSTNLU_REQUIRE_SLURM=1
-(CI) turns the skip into a failure. The daemons are left running (the script is idempotent;
+The Slurm tests (marker ``slurm``: ``make test-slurm``, not in ``make test``; CI runs both) need
+root (they install slurm-wlm/munge with apt-get if missing and start the daemons); they skip,
+with the reason, where that is impossible, unless ROBUSTNLU_REQUIRE_SLURM=1 (CI) turns the skip
+into a failure. The daemons are left running (the script is idempotent;
 `tests/slurm/start_slurm.sh stop` stops them).
 """
 
