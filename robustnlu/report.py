@@ -64,14 +64,17 @@ AXES = ("scenario", "dataset.name", "drift.kind", "drift.partial", "validation.k
 
 
 def _cell(value: str) -> Any:
-    """A CSV cell as a W&B table cell: a number where it is one, None for empty / NaN."""
+    """A CSV cell as a W&B table cell: an integer or a float where it is one (a count stays a
+    count: ``n_models`` 2, not 2.0), None for empty / NaN."""
     if value == "":
         return None
-    try:
-        number = float(value)
-    except ValueError:
-        return value
-    return None if math.isnan(number) else number
+    for number in (int, float):
+        try:
+            parsed = number(value)
+        except ValueError:
+            continue
+        return None if isinstance(parsed, float) and math.isnan(parsed) else parsed
+    return value
 
 
 def _read_csv(path: Path) -> list[list[str]]:

@@ -267,6 +267,10 @@ def test_the_report_runs_sit_in_their_runs_groups_and_name_them(study):
         rows = logged_table(folder, records, "table10_metrics")
         mine = [r for r in table10 if r["validation"] == validation]
         assert [row[4] for row in rows["data"]] == [r["method"] for r in mine] == ["erm", "group_dro"]
+        counts = [row[5] for row in rows["data"]]  # n_models: a count in the dashboard too, not 1.0
+        assert counts == [int(r["n_models"]) for r in mine] == [1, 1] and all(type(n) is int for n in counts)
+        means = [row[6] for row in rows["data"]]
+        assert means == [float(r[rows["columns"][6]]) for r in mine] and all(type(m) is float for m in means)
 
 
 def test_no_secret_reaches_the_sweep_or_its_wandb_files(study):
