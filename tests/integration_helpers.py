@@ -123,6 +123,16 @@ def cli_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(paths), **extra}
 
 
+def enter_cli(monkeypatch, cwd: Path, **extra: str) -> None:
+    """This process as `run_cli` starts a command in ``cwd`` (environment: `cli_env` plus
+    ``extra``), for an entry point called here whose own commands inherit it: its working folder and
+    the variables `cli_env` sets, undone with ``monkeypatch``."""
+    env = cli_env(**extra)
+    monkeypatch.chdir(cwd)
+    for key in ("PYTHONPATH", "HF_HUB_OFFLINE", *extra):
+        monkeypatch.setenv(key, env[key])
+
+
 def run_cli(args: list[str], cwd: Path, env: dict[str, str] | None = None, module: str = "robustnlu"):
     """``python -m <module> <args>`` in ``cwd`` (environment: `cli_env` plus ``env``)."""
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=cli_env(**(env or {})),

@@ -21,7 +21,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from hydra_plugins.robustnlu_plugins.optuna_sweeper import sweep_overrides
 
-from integration_helpers import CONF, FAST, REPO, cli_env, file_bytes, run_cli, write_snips_sample_jsonl
+from integration_helpers import CONF, FAST, REPO, cli_env, enter_cli, file_bytes, run_cli, write_snips_sample_jsonl
 from robustnlu import hpo, report
 from robustnlu.cli import compose_run_config
 from robustnlu.errors import ConfigError
@@ -117,10 +117,8 @@ class User:
     def enter(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """This process as `run` starts a command, for an entry point called here (and the
         commands it starts): in the user's folder, their package importable."""
-        monkeypatch.chdir(self.folder)
+        enter_cli(monkeypatch, self.folder, PYTHONPATH=self.pythonpath)
         monkeypatch.syspath_prepend(str(self.folder / "mypkg"))
-        monkeypatch.setenv("PYTHONPATH", self.pythonpath)
-        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from integration_helpers import FAST, REPO, cli_env, compose_config, file_bytes, write_topv2_cut
+from integration_helpers import FAST, REPO, cli_env, compose_config, enter_cli, file_bytes, write_topv2_cut
 from robustnlu.config_schema import check_config
 from robustnlu.data.readers import load_corpus
 from robustnlu.paths import shipped_config
@@ -111,10 +111,8 @@ def run_protocol_here(topv2_cut, folder: Path, *args) -> tuple[str, Path]:
     rather than the command line's behaviour, which `protocol` checks: what the driver printed,
     and the sweep directory. Saves the driver's interpreter, whose composing imports Lightning."""
     printed = io.StringIO()
-    with pytest.MonkeyPatch.context() as env, contextlib.redirect_stdout(printed):
-        for key in ("PYTHONPATH", "HF_HUB_OFFLINE"):
-            env.setenv(key, cli_env()[key])
-        env.chdir(folder)
+    with pytest.MonkeyPatch.context() as monkeypatch, contextlib.redirect_stdout(printed):
+        enter_cli(monkeypatch, folder)
         assert efficiency_main([*args, *protocol_overrides(topv2_cut, folder)]) == 0
     return printed.getvalue(), folder / "sweep"
 
