@@ -99,7 +99,7 @@ bench: install
 device-wheels: install
 	$(PY) -m bench.device_wheels
 
-# The GPU check (issue 28, bench/device_check.py): throughput, MFU, memory, K runs per GPU, the user's
+# The GPU check (bench/device_check.py): throughput, MFU, memory, K runs per GPU, the user's
 # command killed, resumed and predicting, the step's profile, torch.compile, pytest -m gpu; one JSON and
 # a log in $$OUT, else bench/results/latest-device/. Without CUDA its CPU variant (the tiny encoder; the
 # default suite runs it). On a lent GPU the device call runs the script itself, after make device-wheels:

@@ -72,8 +72,8 @@ def frame_acc(sums: Sums, n: int) -> np.ndarray:
 
 
 #: the fewest utterances a SeqDrift cluster of a split needs to count for the worst-cluster
-#: measures (`worst_cluster`): without a floor, clusters of 1-2 test utterances decide them (issue
-#: 17: on a real ATIS grid the worst-cluster COMBINED read 0.00 in every slot-context and 50.00 in
+#: measures (`worst_cluster`): without a floor, clusters of 1-2 test utterances decide them (on a
+#: real ATIS grid the worst-cluster COMBINED read 0.00 in every slot-context and 50.00 in
 #: every slot-value scenario, for every method). 10: the paper's groups are "as little as 10
 #: examples" (core paper section 5.2, Discussion). `SLUMetrics`' own ``worst_group/<m>`` is over
 #: all clusters (what ``selection=worst_group`` monitors)

@@ -128,7 +128,7 @@ def test_decayed_weights_equal_the_closed_form_with_absent_groups(decay):
 
 
 def test_appearing_with_zero_loss_gains_a_group_no_weight():
-    """Issue 15's cases: with decay < 1, being in the batch with loss 0 leaves q uniform."""
+    """With decay < 1, a group that appears in the batch with loss 0 leaves q uniform."""
     objective = GroupDRO(groups=FixedGroups(np.eye(2)), step_size=1.0, decay=0.5)
     objective.setup(datamodule=None, model=None)
     objective(task_losses([0.0], [0.0], index=[0]))  # only group 0, loss 0
