@@ -544,9 +544,9 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def number(value: float | None, spec: str) -> str:
-    """A measured figure formatted with ``spec`` (``".2f"``); "–" where it was not measured (this
-    table and the README's, `bench.gpu_readme`)."""
-    return "–" if value is None else format(value, spec)
+    """A measured figure formatted with ``spec`` (``".2f"``, ``"8.2f"``); "–" where it was not
+    measured, right-aligned to the spec's width (this table and the README's, `bench.gpu_readme`)."""
+    return format("–", f">{spec.partition('.')[0]}") if value is None else format(value, spec)
 
 
 def format_table(results: dict[str, Any]) -> str:

@@ -55,6 +55,10 @@ def test_every_stage_runs_and_writes_its_results(check):
     assert results["mode"] == "cpu" and results["finished"] and results["environment"]["cuda_available"] in (True, False)
     assert (out / "device_check.log").read_text().count("== ") >= 7  # each stage's heading, in the log too
     assert "robustnlu device check (cpu)" in stdout and "CLI run, s per epoch" in stdout
+    table = stdout.splitlines()
+    header = next(i for i, line in enumerate(table) if line.startswith("config "))
+    row = table[header + 1]  # the CPU has no peak memory: its "–" keeps the column's width
+    assert "–" in row and len(row) == len(table[header]), (table[header], row)
     for path, value in numbers(results):
         assert math.isfinite(value), path
         if path.rsplit(".", 1)[-1] in MEASURED:
