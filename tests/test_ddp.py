@@ -196,7 +196,7 @@ def test_two_processes_train_as_one_device_with_the_global_batch(sample, tmp_pat
     Each epoch has an uneven global batch (581 = 36 × 16 + 5: rank 0 trains on 3, rank 1 on 2
     and a padding row that the gather must drop): the epoch's mean losses (sums over the examples
     trained on / their count, which a padding row kept would make 582) and every step's loss,
-    logged by rank 0, are the single device's to float rounding
+    logged by rank 0 alone without an all-reduce, are the single device's to float rounding
     (~2e-7 here; the padding row changes the means by 1.7e-3)."""
     common = [*FAST, *jsonl_overrides(sample), *SMALL_DRIFT, "method=group_dro", "trainer.max_epochs=2",
               "encoder.dropout=0", "model.dropout=0", f"paths.cache_dir={tmp_path / 'cache'}", "keep_last_checkpoint=true",
