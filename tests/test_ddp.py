@@ -4,6 +4,7 @@ re-executing the command line, which under pytest would rerun pytest."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import platform
@@ -21,6 +22,7 @@ from integration_helpers import FAST, SMALL_DRIFT, compose_config, jsonl_overrid
 from robustnlu.data.datamodule import ShuffledBatchSampler
 from robustnlu.distributed import check_launch, gather_padded, processes_per_node
 from robustnlu.errors import ConfigError
+from robustnlu.module import STEP_LOSS
 from robustnlu.train import run
 
 
@@ -174,23 +176,51 @@ def sample(tmp_path_factory):
     return write_snips_sample_jsonl(tmp_path_factory.mktemp("snips"), n_train=600, n_eval=60)
 
 
+EPOCH_LOSSES = ("train/slot_loss", "train/intent_loss", "train/loss_epoch")
+
+
+def training_log(run_dir) -> tuple[dict[int, float], list[dict[str, float]]]:
+    """The training losses a run logged in csv/metrics.csv (rank 0's logger under DDP): step ->
+    ``train/loss_step``, and per epoch its ``train/slot_loss``, ``train/intent_loss`` and
+    ``train/loss_epoch``."""
+    with open(run_dir / "csv" / "metrics.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    steps = {int(r["step"]): float(r[STEP_LOSS]) for r in rows if r[STEP_LOSS]}
+    epochs = [{k: float(r[k]) for k in EPOCH_LOSSES} for r in rows if r["train/loss_epoch"]]
+    return steps, epochs
+
+
 def test_two_processes_train_as_one_device_with_the_global_batch(sample, tmp_path):
     """Group DRO on a SeqDrift split (group-balanced sampling, group weights q as running
-    state), dropout off: 2 processes × 8 utterances = 1 process × 16, up to float rounding."""
+    state), dropout off: 2 processes × 8 utterances = 1 process × 16, up to float rounding.
+    Each epoch has an uneven global batch (581 = 36 × 16 + 5: rank 0 trains on 3, rank 1 on 2
+    and a padding row that the gather must drop): the epoch's mean losses (sums over the examples
+    trained on / their count, which a padding row kept would make 582) and every step's loss,
+    logged by rank 0 alone without an all-reduce, are the single device's to float rounding
+    (~2e-7 here; the padding row changes the means by 1.7e-3)."""
     common = [*FAST, *jsonl_overrides(sample), *SMALL_DRIFT, "method=group_dro", "trainer.max_epochs=2",
-              "encoder.dropout=0", "model.dropout=0", f"paths.cache_dir={tmp_path / 'cache'}", "keep_last_checkpoint=true"]
+              "encoder.dropout=0", "model.dropout=0", f"paths.cache_dir={tmp_path / 'cache'}", "keep_last_checkpoint=true",
+              "trainer.log_every_n_steps=1"]
     ddp = run_cli([*common, "trainer=ddp", "data.batch_size=8", f"hydra.run.dir={tmp_path / 'ddp'}"], cwd=tmp_path)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     run(compose_config([*common, "data.batch_size=16"], tmp_path / "one"))  # the single device: no command line needed
     a, b = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("ddp", "one"))
-    assert a["sizes"] == b["sizes"]
+    assert a["sizes"] == b["sizes"] and a["sizes"]["train"] % 16 == 5  # the last global batch: 3 + 2 (+ 1 padding row)
     for split in ("valid", "test"):  # every process evaluated the whole split: no duplicates, no gaps
         rows = (tmp_path / "ddp" / "predictions" / f"{split}.jsonl").read_text().splitlines()
         assert len(rows) == len({json.loads(r)["uid"] for r in rows}) == a["sizes"][split]
         for key in ("intent_acc", "slot_f1", "combined"):
             assert a["metrics"][split][key] == pytest.approx(b["metrics"][split][key], abs=0.02), (split, key)
     x, y = (torch.load(tmp_path / d / "checkpoints" / "last.ckpt", weights_only=True) for d in ("ddp", "one"))
-    assert x["global_step"] == y["global_step"]
+    assert x["global_step"] == y["global_step"] == 2 * 37
     for key, value in y["state_dict"].items():  # the encoder, heads and Group-DRO's weights q
         torch.testing.assert_close(x["state_dict"][key], value, rtol=1e-3, atol=1e-3, msg=key)
     assert any(k.startswith("objective.") for k in y["state_dict"])
+    (steps, epochs), (one_steps, one_epochs) = (training_log(tmp_path / d) for d in ("ddp", "one"))
+    assert sorted(steps) == sorted(one_steps) == list(range(2 * 37))
+    for step, loss in one_steps.items():
+        assert steps[step] == pytest.approx(loss, rel=1e-5), step
+    assert len(epochs) == len(one_epochs) == 2
+    for epoch, (mean, one_mean) in enumerate(zip(epochs, one_epochs)):
+        for key in EPOCH_LOSSES:
+            assert mean[key] == pytest.approx(one_mean[key], rel=1e-5), (epoch, key)
