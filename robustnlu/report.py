@@ -2,7 +2,8 @@
 (core paper section 5, Appendix D Tables 10-14, Figures 1 and 2).
 
 Finds the runs recursively under the given directories (a run directory holds ``results.json``;
-one with only ``status.json`` is listed as failed or unfinished) and writes under ``--out``:
+one with only ``status.json`` is listed as failed or unfinished, and so is a job of a sweep below
+that holds neither: `robustnlu.analysis.runs.jobs_without_status`) and writes under ``--out``:
 table10_metrics.{md,csv} (metrics per scenario and method, mean ± std over the models, and the
 valid → test drop), relative_change.{md,csv} (relative change to ERM and the paired approximate
 randomization tests), significance_counts.{md,csv} (scenarios significantly better / worse than
@@ -12,6 +13,7 @@ With ``--wandb`` the report is also logged to Weights & Biases, after it is writ
 runs it summarises: one run of job type ``report`` per W&B group of the runs (the group each run
 logged into, by default its scenario: conf/logger/wandb.yaml), named ``<group>-report``, in the
 runs' project (``--wandb-project`` to choose another; robustnlu for runs logged without W&B). Its
+summary counts the group's runs, scenarios and failed or unfinished runs (`incomplete_group`). Its
 config names the runs (``runs``: their W&B names) and carries the study's axes they share under
 the training runs' keys (``scenario``, ``dataset.name``, ``drift.kind``, ...: `AXES`), so a
 dashboard grouped by group or by an axis shows the report's tables next to the runs: the group's
@@ -32,8 +34,9 @@ uid); the decision rule and the family-wise error are described in
 run, a run whose results.json or predictions cannot be read whole, a run found twice (a copy of it
 beside it: one model counted as two), runs of one scenario on different splits (their means would mix
 test sets), runs of one method and scenario trained with other settings than the seed (their mean is
-no mean of one method's models), or an ``--out`` inside a run directory: a one-line error, exit
-status 2, nothing written.
+no mean of one method's models: `robustnlu.analysis.runs.check_one_setting`; runs that record no
+config are pooled and named in report.md), or an ``--out`` inside a run directory: a one-line error,
+exit status 2, nothing written.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ drift × {full, partial} × {i.i.d., o.o.d.} validation = 8 scenarios (core pape
 *model* is one finished run (a directory holding ``results.json``); the paper averages four
 models per method and scenario (two hyperparameter settings × two seeds). Runs that did not
 finish (``status.json`` says failed, interrupted or running, or there is no ``results.json``)
-are listed as `Incomplete`.
+are listed as `Incomplete`, and so are a sweep's jobs that left no ``status.json`` (`jobs_without_status`).
+A mean pools the models of one method and scenario only where they trained with one setting but
+the seed (`check_one_setting`).
 
 The worst-cluster figures count only test clusters of at least ``min_cluster_size`` utterances
 (default `MIN_CLUSTER_SIZE` = 10, `robustnlu.metrics.registry`), so that clusters of 1-2 test
@@ -76,7 +78,7 @@ class Run:
 class Incomplete:
     """A run without ``results.json``: state ``failed``, ``running`` (unfinished or killed) or what
     ``status.json`` says, ``error`` as the run recorded it; or a job of a training sweep that holds
-    no run (`unstarted_jobs`), in its state and with why (``folder`` False: a job that made no
+    no run (`jobs_without_status`), in its state and with why (``folder`` False: a job that made no
     folder, ``path`` its sweep's)."""
 
     path: Path
@@ -89,7 +91,7 @@ class Incomplete:
         return RunDir(self.path) if self.folder else None
 
 
-def unstarted_jobs(path: Path) -> list[Incomplete]:
+def jobs_without_status(path: Path) -> list[Incomplete]:
     """The jobs of the training sweeps at and below ``path`` (`robustnlu.sweep_state.sweeps_in`: a
     folder holding ``multirun.yaml``) that hold no run (no ``results.json`` nor ``status.json``), in
     their order and state as ``python -m robustnlu.sweep status`` reads them (`sweep_status`): a job
@@ -119,7 +121,7 @@ def unstarted_jobs(path: Path) -> list[Incomplete]:
 
 def discover(paths: Sequence[Path]) -> tuple[list[Run], list[Incomplete]]:
     """Finished runs (``results.json``) and incomplete ones (``status.json`` only, and the jobs of the
-    sweeps below that hold no run: `unstarted_jobs`) found recursively under ``paths``
+    sweeps below that hold no run: `jobs_without_status`) found recursively under ``paths``
     (`robustnlu.rundir.walk`), each once, sorted by path. Raises `StudyError` naming the first path
     that does not exist or holds neither; `DataError` for an unreadable JSON file or sweep record."""
     seen: set[Path] = set()
@@ -145,7 +147,7 @@ def discover(paths: Sequence[Path]) -> tuple[list[Run], list[Incomplete]]:
                 if state == "finished":
                     state = "finished without results.json"
                 incomplete.append(Incomplete(run_dir.path, state, info.get("error")))
-        for job in unstarted_jobs(path):
+        for job in jobs_without_status(path):
             found += 1
             if (key := (job.path.resolve(), job.error)) not in seen_jobs:  # a sweep given twice: its jobs once
                 seen_jobs.add(key)
