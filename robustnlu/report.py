@@ -2,7 +2,8 @@
 (core paper section 5, Appendix D Tables 10-14, Figures 1 and 2).
 
 Finds the runs recursively under the given directories (a run directory holds ``results.json``;
-one with only ``status.json`` is listed as failed or unfinished) and writes under ``--out``:
+one with only ``status.json`` is listed as failed or unfinished, and so is a job of a sweep below
+that holds neither: `robustnlu.analysis.runs.jobs_without_status`) and writes under ``--out``:
 table10_metrics.{md,csv} (metrics per scenario and method, mean ± std over the models, and the
 valid → test drop), relative_change.{md,csv} (relative change to ERM and the paired approximate
 randomization tests), significance_counts.{md,csv} (scenarios significantly better / worse than
@@ -12,6 +13,7 @@ With ``--wandb`` the report is also logged to Weights & Biases, after it is writ
 runs it summarises: one run of job type ``report`` per W&B group of the runs (the group each run
 logged into, by default its scenario: conf/logger/wandb.yaml), named ``<group>-report``, in the
 runs' project (``--wandb-project`` to choose another; robustnlu for runs logged without W&B). Its
+summary counts the group's runs, scenarios and failed or unfinished runs (`incomplete_group`). Its
 config names the runs (``runs``: their W&B names) and carries the study's axes they share under
 the training runs' keys (``scenario``, ``dataset.name``, ``drift.kind``, ...: `AXES`), so a
 dashboard grouped by group or by an axis shows the report's tables next to the runs: the group's
@@ -32,8 +34,9 @@ uid); the decision rule and the family-wise error are described in
 run, a run whose results.json or predictions cannot be read whole, a run found twice (a copy of it
 beside it: one model counted as two), runs of one scenario on different splits (their means would mix
 test sets), runs of one method and scenario trained with other settings than the seed (their mean is
-no mean of one method's models), or an ``--out`` inside a run directory: a one-line error, exit
-status 2, nothing written.
+no mean of one method's models: `robustnlu.analysis.runs.check_one_setting`; runs that record no
+config are pooled and named in report.md), or an ``--out`` inside a run directory: a one-line error,
+exit status 2, nothing written.
 """
 
 from __future__ import annotations
@@ -42,14 +45,15 @@ import argparse
 import csv
 import math
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from robustnlu.analysis.runs import Run, run_dirs_under
+from robustnlu.analysis.runs import Incomplete, Run, run_dirs_under
 from robustnlu.errors import CommandLineParser, RobustNLUError, entry_point
 from robustnlu.extras import require
 from robustnlu.io import check_outputs, writing
@@ -96,6 +100,19 @@ def wandb_groups(runs: Sequence[Run]) -> dict[str, list[Run]]:
     return dict(sorted(groups.items()))
 
 
+def incomplete_group(run: Incomplete) -> str | None:
+    """The W&B group of a run that did not finish, as `wandb_groups` tells a finished run's, from the
+    config its folder records (`RunDir.started_config`); None where it records none (a job that
+    made no folder, one refused before Hydra wrote its config)."""
+    config = run.dir.started_config() if run.dir else None
+    if config is None:
+        return None
+    try:
+        return OmegaConf.select(config, "logger.wandb.group") or OmegaConf.select(config, "scenario")
+    except OmegaConfBaseException:  # an interpolation that resolves only inside Hydra's job
+        return None
+
+
 def shared_axes(runs: Sequence[Run]) -> dict[str, Any]:
     """The `AXES` whose value (in the runs' config) every one of ``runs`` shares."""
     values = [{key: OmegaConf.select(OmegaConf.create(run.results.get("config", {})), key) for key in AXES}
@@ -124,17 +141,19 @@ def wandb_project(runs: Sequence[Run]) -> str:
     return projects.pop() if len(projects) == 1 and None not in projects else "robustnlu"
 
 
-def log_to_wandb(out: Path, files: list[Path], runs: Sequence[Run], *, mode: str, project: str,
-                 artifact_name: str, config: dict[str, Any], summary: dict[str, Any]) -> list[Path]:
+def log_to_wandb(out: Path, files: list[Path], runs: Sequence[Run], incomplete: Sequence[Incomplete], *, mode: str,
+                 project: str, artifact_name: str, config: dict[str, Any]) -> list[Path]:
     """Log the written report as one W&B run of job type ``report`` per W&B group of ``runs``
     (module docstring), in `wandb_folder`: the files as one artifact (type ``report``), the
-    group's rows of the CSV tables as W&B tables, ``summary`` and the group's counts of runs and
-    scenarios as the run summary. Returns the runs' folders (``wandb sync`` them)."""
+    group's rows of the CSV tables as W&B tables, and the group's counts as the run summary: its
+    runs, scenarios and runs of ``incomplete`` (those of its group: `incomplete_group`). Returns the
+    runs' folders (``wandb sync`` them)."""
     import wandb
 
     by_name = {Path(p).name: Path(p) for p in files}
     tables = {name: _read_csv(by_name[f"{name}.csv"]) for name in TABLES if f"{name}.csv" in by_name}
     folder = wandb_folder(runs, out)
+    unfinished = Counter(incomplete_group(run) for run in incomplete)
     folders = []
     for group, members in wandb_groups(runs).items():
         scenarios = {(s.dataset, s.drift, s.amount, s.validation) for s in (r.scenario for r in members)}
@@ -157,7 +176,7 @@ def log_to_wandb(out: Path, files: list[Path], runs: Sequence[Run], *, mode: str
                 logged[name] = wandb.Table(columns=head, data=[[_cell(v) for v in row] for row in rows],
                                            allow_mixed_types=True)
             run.log(logged)
-            run.summary.update({**summary, "n_runs": len(members), "n_scenarios": len(scenarios)})
+            run.summary.update({"n_runs": len(members), "n_scenarios": len(scenarios), "n_incomplete": unfinished[group]})
         finally:
             run.finish()
     return folders
@@ -203,20 +222,20 @@ def main(argv: list[str] | None = None) -> int:
     with writing("--out"):  # what check_outputs cannot foresee (a folder the system refuses, a full disk)
         written = write_report(study, args.out)
     n_scenarios = len({r.scenario for r in study.runs})
+    uncompared = f", {len(study.uncompared)} pooled without their settings compared" if study.uncompared else ""
     print(f"{len(study.runs)} runs in {n_scenarios} scenarios, "
-          f"{len(study.incomplete)} failed or unfinished; wrote {len(written)} files to {args.out} "
+          f"{len(study.incomplete)} failed or unfinished{uncompared}; wrote {len(written)} files to {args.out} "
           f"(see {args.out / 'report.md'})")
     if args.wandb:
         # under report.*: a training run's config has its own seed
         config = {"report.dirs": [str(d) for d in args.dirs], "report.alpha": args.alpha,
                   "report.rounds": args.rounds, "report.seed": args.seed, "report.rule": args.rule}
-        summary = {"n_incomplete": len(study.incomplete)}
         project = args.wandb_project or wandb_project(study.runs)
         import wandb.errors
 
         try:
-            run_dirs = log_to_wandb(args.out, written, study.runs, mode=args.wandb_mode, project=project,
-                                    artifact_name=args.wandb_artifact, config=config, summary=summary)
+            run_dirs = log_to_wandb(args.out, written, study.runs, study.incomplete, mode=args.wandb_mode,
+                                    project=project, artifact_name=args.wandb_artifact, config=config)
         except wandb.errors.Error as err:  # e.g. online without `wandb login`
             raise RobustNLUError(f"W&B: {err} (the report itself is in {args.out})") from err
         if args.wandb_mode == "offline":

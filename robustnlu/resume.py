@@ -43,18 +43,9 @@ from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 from robustnlu.checkpoint import read_checkpoint
 from robustnlu.errors import DataError, ResumeError
 from robustnlu.io import atomic_write_json, atomic_write_text
-from robustnlu.paths import upgrade_run_config
 from robustnlu.rundir import LAST_CHECKPOINT, RunDir
 from robustnlu.rundir_claim import secondary_process
-from robustnlu.sweep_jobs import NEUTRAL_SETTINGS, under
-
-#: a setting absent from one of the two configs
-ABSENT = "<absent>"
-#: the checkpoint callback a run config names, as its current equal: Lightning's `ModelCheckpoint`,
-#: which runs before `RelocatableModelCheckpoint` named, saves the same checkpoints and state
-SAME_CHECKPOINTING = {f"{package}.callbacks.ModelCheckpoint": "robustnlu.resume.RelocatableModelCheckpoint"
-                      for package in ("pytorch_lightning", "lightning.pytorch")}
-
+from robustnlu.sweep_jobs import changed_settings, under
 
 class LastCheckpoint(Checkpoint):
     """``last.ckpt`` for resuming: after each epoch's validation and mid-epoch when due.
@@ -244,33 +235,6 @@ def record_wandb_run(out_dir: Path, trainer) -> None:
             run = lg.experiment
             atomic_write_json(RunDir(out_dir).wandb_file, {"id": run.id, "name": run.name,
                                                            "dir": str(Path(run.dir).parent), "run_dir": str(out_dir)})
-
-
-def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    """A config's leaves by dotted key (lists and empty nodes are leaves)."""
-    if isinstance(node, dict) and node:
-        return {k: v for key, value in node.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
-    return {prefix.rstrip("."): node}
-
-
-def changed_settings(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """The settings (dotted keys) that differ between two resolved run configs, as (stored,
-    current), leaving out `NEUTRAL_SETTINGS`; paths inside each run's own directory are compared
-    relative to it (a moved run directory is the same run), and so are the dataset paths inside
-    each one's ``paths.data_dir`` (the same datasets from another installation: the same run; a
-    config from before that setting: `upgrade_run_config`), and a checkpoint callback's class as
-    its current equal (`SAME_CHECKPOINTING`)."""
-    def leaves(config: dict[str, Any]) -> dict[str, Any]:
-        config = upgrade_run_config(config)
-        paths = config.get("paths") or {}
-        own, data = str(paths.get("output_dir") or "\0"), str(paths.get("data_dir") or "\0")
-        return {k: SAME_CHECKPOINTING.get(v, v) if k.endswith("._target_")
-                else v.replace(own, "<run dir>").replace(data, "<data dir>") if isinstance(v, str) else v
-                for k, v in flatten(config).items() if not under(k, NEUTRAL_SETTINGS)}
-
-    a, b = leaves(stored), leaves(current)
-    return {k: (a.get(k, ABSENT), b.get(k, ABSENT)) for k in sorted(a.keys() | b.keys())
-            if a.get(k, ABSENT) != b.get(k, ABSENT)}
 
 
 def check_settings(out_dir: Path, current: dict[str, Any], allowed: list[str]) -> dict[str, dict[str, Any]]:

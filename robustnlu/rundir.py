@@ -7,7 +7,8 @@ A training run's directory (Hydra's runtime output dir, `robustnlu.train`) holds
 
 - ``results.json``: the finished run's metrics and record; ``status.json``: running / finished /
   failed (with the error) / interrupted;
-- Hydra's ``.hydra/`` (``overrides.yaml``: the task overrides it was started with);
+- Hydra's ``.hydra/`` (``overrides.yaml``: the task overrides it was started with; ``config.yaml``:
+  the config as composed);
 - a sweep's job that failed: ``status.json`` says failed with the error line and the job's
   overrides (a job refused for a bad value leaves this record and nothing else), and a failure
   that is not a user error keeps its traceback in ``traceback.txt`` (`robustnlu.cli.run_or_exit`);
@@ -49,6 +50,8 @@ TRACEBACK = "traceback.txt"
 WANDB = "wandb.json"
 #: Hydra's record of the task overrides a run or job was started with
 HYDRA_OVERRIDES = Path(".hydra") / "overrides.yaml"
+#: Hydra's record of the config as composed (interpolations unresolved), written as a job starts
+HYDRA_CONFIG = Path(".hydra") / "config.yaml"
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
 #: sub-directories of a run directory that never hold runs (not walked)
 RUN_SUBDIRS = frozenset({"checkpoints", "predictions", "csv", "wandb", ".hydra"})
@@ -197,6 +200,20 @@ class RunDir:
         if not isinstance(cfg, DictConfig):
             raise DataError(path, None, "not a run config: expected a YAML mapping")
         return cfg
+
+    def started_config(self) -> DictConfig | None:
+        """The config the run was started with: `config` (resolved), else Hydra's
+        ``.hydra/config.yaml`` (as composed: interpolations unresolved), there from the moment a
+        job starts, before the run writes anything; None where neither can be read."""
+        try:
+            return self.config()
+        except DataError:
+            pass
+        try:
+            cfg = OmegaConf.load(self.path / HYDRA_CONFIG)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            return None
+        return cfg if isinstance(cfg, DictConfig) else None
 
     def status(self) -> dict[str, Any] | None:
         """``status.json``, None if there is none."""

@@ -45,14 +45,22 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from robustnlu.errors import DataError, yaml_problem
 from robustnlu.io import atomic_write_files
+from robustnlu.paths import upgrade_run_config
 
 #: settings that do not change what a run computes: where it writes and caches, how it logs and
 #: shows progress, how often it saves last.ckpt, which metric ``python -m robustnlu`` returns,
-#: whether it resumes: left out of a job's identity, and what a resumed run may differ in
-#: (`robustnlu.resume.check_settings`)
+#: whether it resumes: left out of a job's identity, and of the settings two run configs are compared
+#: in (`changed_settings`: what a resumed run may differ in, `robustnlu.resume.check_settings`, and
+#: the runs one mean of a study report pools, `robustnlu.analysis.runs.check_one_setting`)
 NEUTRAL_SETTINGS = ("resume", "resume_override", "keep_last_checkpoint", "optimized_metric", "paths", "logger",
                     "callbacks.progress_bar", "callbacks.last_checkpoint", "callbacks.lr_monitor",
                     "trainer.enable_progress_bar", "trainer.log_every_n_steps")
+#: a setting absent from one of the two configs
+ABSENT = "<absent>"
+#: the checkpoint callback a run config names, as its current equal: Lightning's `ModelCheckpoint`,
+#: which runs before `RelocatableModelCheckpoint` named, saves the same checkpoints and state
+SAME_CHECKPOINTING = {f"{package}.callbacks.ModelCheckpoint": "robustnlu.resume.RelocatableModelCheckpoint"
+                      for package in ("pytorch_lightning", "lightning.pytorch")}
 #: the file Hydra writes into a sweep directory when the multirun starts
 MULTIRUN_FILE = "multirun.yaml"
 #: the folder of a sweep directory that keeps the ``multirun.yaml`` of earlier sweeps into it, each
@@ -126,6 +134,33 @@ def job_identity(overrides: Iterable[str]) -> list[str]:
         else:
             entries[key] = f"{key}={text}"
     return sorted(entries.values())
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """A config's leaves by dotted key (lists and empty nodes are leaves)."""
+    if isinstance(node, dict) and node:
+        return {k: v for key, value in node.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): node}
+
+
+def changed_settings(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The settings (dotted keys) that differ between two resolved run configs, as (stored,
+    current), leaving out `NEUTRAL_SETTINGS`; paths inside each run's own directory are compared
+    relative to it (a moved run directory is the same run), and so are the dataset paths inside
+    each one's ``paths.data_dir`` (the same datasets from another installation: the same run; a
+    config from before that setting: `upgrade_run_config`), and a checkpoint callback's class as
+    its current equal (`SAME_CHECKPOINTING`)."""
+    def leaves(config: dict[str, Any]) -> dict[str, Any]:
+        config = upgrade_run_config(config)
+        paths = config.get("paths") or {}
+        own, data = str(paths.get("output_dir") or "\0"), str(paths.get("data_dir") or "\0")
+        return {k: SAME_CHECKPOINTING.get(v, v) if k.endswith("._target_")
+                else v.replace(own, "<run dir>").replace(data, "<data dir>") if isinstance(v, str) else v
+                for k, v in flatten(config).items() if not under(k, NEUTRAL_SETTINGS)}
+
+    a, b = leaves(stored), leaves(current)
+    return {k: (a.get(k, ABSENT), b.get(k, ABSENT)) for k in sorted(a.keys() | b.keys())
+            if a.get(k, ABSENT) != b.get(k, ABSENT)}
 
 
 def job_hash(overrides: Iterable[str]) -> str:

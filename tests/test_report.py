@@ -20,12 +20,13 @@ matplotlib.use("Agg")
 import matplotlib.image as mpimg  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import yaml  # noqa: E402
 
 from integration_helpers import (  # noqa: E402
     FAST, SMALL_DRIFT, compose_config, file_bytes, jsonl_overrides, run_cli, write_snips_sample_jsonl)
 from robustnlu.analysis import figures, statistics, study as st  # noqa: E402
 from robustnlu.analysis.study_tables import counts_table, scenario_table  # noqa: E402
-from robustnlu.analysis.runs import Run  # noqa: E402
+from robustnlu.analysis.runs import Run, StudyError  # noqa: E402
 from robustnlu.analysis.significance import (  # noqa: E402
     SignificanceResult,
     approximate_randomization,
@@ -33,10 +34,11 @@ from robustnlu.analysis.significance import (  # noqa: E402
 )
 from robustnlu.metrics.registry import TESTED, relative_change  # noqa: E402
 from robustnlu.plotting import png  # noqa: E402
-from robustnlu.report import main  # noqa: E402
+from robustnlu.report import incomplete_group, main  # noqa: E402
 from robustnlu.rundir import RunDir  # noqa: E402
 from robustnlu.train import run  # noqa: E402
 from test_cli import read_wandb_records  # noqa: E402
+from test_sweep import _multirun  # noqa: E402
 
 VALIDATIONS = ("iid", "ood")
 METHODS = ("erm", "topk")
@@ -60,6 +62,7 @@ def sweep(tmp_path_factory):
     failed = root / "sweep" / "ood" / "topk-3"
     failed.mkdir()
     (failed / "status.json").write_text(json.dumps({"state": "failed", "error": "RuntimeError: out of memory"}))
+    shutil.copy(root / "sweep" / "ood" / "topk-1" / "config.yaml", failed)  # as a run that failed training has it
     return root / "sweep"
 
 
@@ -265,7 +268,9 @@ def test_report_is_logged_as_an_offline_wandb_artifact(sweep, tmp_path):
         summary = {}
         for r in records:
             summary.update(r.get("summary", {}).get("update", {}))
-        assert summary["n_runs"] == len(METHODS) * len(SEEDS) and summary["n_incomplete"] == 1
+        # the failed run is in the o.o.d. scenario's group (its config.yaml), not in every group
+        assert summary["n_runs"] == len(METHODS) * len(SEEDS)
+        assert summary["n_incomplete"] == {"iid": 0, "ood": 1}[validation]
     assert groups == {f"jsonl-slot_context-full-{v}" for v in VALIDATIONS}
 
 
@@ -431,28 +436,102 @@ def test_a_copy_of_a_run_beside_it_is_one_error_line_not_a_second_model(tmp_path
     assert not (tmp_path / "out").exists()
 
 
-def test_runs_of_one_method_with_other_settings_are_one_error_line(tmp_path):
-    """Two ERM seeds whose Hydra records say they trained 1 and 4 epochs are no models of one
-    method: their mean is refused, naming the setting. With the same settings (but the seed, and a
-    setting that changes nothing) they are two models."""
-    sweep = tmp_path / "sweep"
-    for seed, epochs in ((0, 1), (1, 4)):
-        run = sweep / f"erm-{seed}"
+def erm_seeds(root: Path, **changed: object) -> Path:
+    """ERM runs of seeds 0 and 1 in one scenario, copied from the real record as a run folder is
+    copied by hand (no Hydra record of their overrides); seed 1's results.json with the config
+    settings ``changed`` (dotted keys)."""
+    for seed in (0, 1):
+        run = root / f"erm-{seed}"
         shutil.copytree(RECORD, run)
         results = json.loads((run / "results.json").read_text())
+        for key, value in changed.items() if seed == 1 else ():
+            *parents, last = key.split(".")
+            node = results["config"]
+            for part in parents:
+                node = node[part]
+            node[last] = value
         (run / "results.json").write_text(json.dumps({**results, "seed": seed}))
-        (run / ".hydra").mkdir()
-        (run / ".hydra" / "overrides.yaml").write_text(
-            f"- method=erm\n- seed={seed}\n- trainer.max_epochs={epochs}\n- paths.cache_dir=/cache{seed}\n")
+    return root
+
+
+def without_config(run: Path) -> dict:
+    """``run``'s results.json written again without its ``config``; returns that config."""
+    results = json.loads((run / "results.json").read_text())
+    config = results.pop("config")
+    (run / "results.json").write_text(json.dumps(results))
+    return config
+
+
+def test_runs_of_one_method_with_other_settings_are_one_error_line(tmp_path):
+    """Two ERM seeds copied by hand (no Hydra record of their overrides) whose configs say they
+    trained with learning rates 1e-4 and 1e-3 are no models of one method: their mean is refused,
+    naming the setting and both values. With the same settings but the seed and where they wrote
+    and cached (settings that change nothing) they are two models."""
+    assert json.loads((RECORD / "results.json").read_text())["config"]["optimizer"]["lr"] == 1e-4
+    sweep = erm_seeds(tmp_path / "sweep", **{"optimizer.lr": 1e-3})
     proc = run_cli([str(sweep), "--out", str(tmp_path / "out"), "--rounds", "10"], cwd=tmp_path,
                    module="robustnlu.report")
     assert proc.returncode == 2 and not (tmp_path / "out").exists()
     assert proc.stderr.startswith(f"error: {sweep / 'erm-1'}: erm in scenario ")
-    assert proc.stderr.endswith(f" trained with other settings than {sweep / 'erm-0'} (trainer.max_epochs); "
+    assert proc.stderr.endswith(f" trained with other settings than {sweep / 'erm-0'} (optimizer.lr: 0.0001 vs 0.001); "
                                 "report them separately\n")
-    (sweep / "erm-1" / ".hydra" / "overrides.yaml").write_text("- method=erm\n- seed=1\n- trainer.max_epochs=1\n")
-    assert main([str(sweep), "--out", str(tmp_path / "same"), "--rounds", "10"]) == 0
-    assert read_csv(tmp_path / "same" / "table10_metrics.csv")[0]["n_models"] == "2"
+
+    same = erm_seeds(tmp_path / "same", **{"paths.cache_dir": "/elsewhere/cache", "seed": 1})
+    study = st.build_study([same], rounds=10)
+    assert [s.n for s in study.stats] == [2] and study.uncompared == []
+
+
+def test_a_run_without_results_config_is_compared_by_its_config_yaml(tmp_path):
+    sweep = erm_seeds(tmp_path / "sweep", **{"trainer.max_epochs": 9})
+    config = without_config(sweep / "erm-1")
+    (sweep / "erm-1" / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(StudyError, match=r"\(trainer\.max_epochs: 1 vs 9\); report them separately$"):
+        st.build_study([sweep], rounds=10)
+
+
+def test_runs_whose_settings_cannot_be_compared_are_pooled_and_named_in_the_report(tmp_path):
+    """A run that records no config (a results.json written by hand, no config.yaml) beside a run of
+    its method and scenario: pooled, and report.md says which run could not be compared."""
+    sweep = erm_seeds(tmp_path / "sweep", **{"optimizer.lr": 1e-3})
+    without_config(sweep / "erm-1")
+    study = st.build_study([sweep], rounds=10)
+    assert [s.n for s in study.stats] == [2] and [r.path for r in study.uncompared] == [sweep / "erm-1"]
+    st.write_report(study, tmp_path / "out")
+    text = (tmp_path / "out" / "report.md").read_text()
+    section = text.split("### Runs whose settings could not be compared\n", 1)[1].split("\n## ", 1)[0]
+    assert [line for line in section.splitlines() if line.startswith("- ")] == [
+        f"- `{sweep / 'erm-1'}` (erm, {study.runs[0].scenario.name})"]
+
+
+def test_a_sweeps_jobs_that_left_no_status_json_are_listed_as_incomplete(tmp_path):
+    """A sweep of four ERM seeds (its multirun.yaml): seeds 0 and 1 finished, seed 2's job died
+    before it wrote status.json (its folder holds Hydra's record only), seed 3's never started (no
+    folder). Both are listed with why, in the state ``python -m robustnlu.sweep status`` gives them;
+    seed 2's W&B group is read from Hydra's config, seed 3 has none."""
+    sweep = tmp_path / "sweep"
+    _multirun(sweep, ["method=erm", "seed=0,1,2,3"])
+    for seed in (0, 1, 2):
+        job = sweep / f"erm-seed{seed}"
+        if seed < 2:
+            shutil.copytree(RECORD, job)
+            results = json.loads((job / "results.json").read_text())
+            (job / "results.json").write_text(json.dumps({**results, "seed": seed}))
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(["method=erm", f"seed={seed}"]))
+    (sweep / "erm-seed2" / ".hydra" / "config.yaml").write_text(
+        "dataset: {name: snips}\ndrift: {kind: slot_value, partial: true}\nvalidation: {kind: ood}\n"
+        "scenario: ${scenario_name:${dataset.name},${drift.kind},${oc.select:drift.partial,false},${validation.kind}}\n"
+        "paths: {output_dir: '${hydra:runtime.output_dir}'}\nlogger: {wandb: {group: '${scenario}'}}\n")
+    study = st.build_study([sweep], rounds=10)
+    assert [s.n for s in study.stats] == [2]
+    assert [(r.path, r.state, r.error) for r in study.incomplete] == [
+        (sweep, "missing", "no job folder: never started (seed=3)"),
+        (sweep / "erm-seed2", "interrupted", "started, its process is gone before status.json")]
+    assert [incomplete_group(r) for r in study.incomplete] == [None, "snips-slot_value-partial-ood"]
+    st.write_report(study, tmp_path / "out")
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "2 failed or unfinished runs." in text
+    assert f"| `{sweep / 'erm-seed2'}` | interrupted | started, its process is gone before status.json |" in text
 
 
 def test_runs_of_one_scenario_on_different_splits_are_one_error_line(tmp_path):

@@ -5,7 +5,9 @@ drift × {full, partial} × {i.i.d., o.o.d.} validation = 8 scenarios (core pape
 *model* is one finished run (a directory holding ``results.json``); the paper averages four
 models per method and scenario (two hyperparameter settings × two seeds). Runs that did not
 finish (``status.json`` says failed, interrupted or running, or there is no ``results.json``)
-are listed as `Incomplete`.
+are listed as `Incomplete`, and so are a sweep's jobs that left no ``status.json`` (`jobs_without_status`).
+A mean pools the models of one method and scenario only where they trained with one setting but
+the seed (`check_one_setting`).
 
 The worst-cluster figures count only test clusters of at least ``min_cluster_size`` utterances
 (default `MIN_CLUSTER_SIZE` = 10, `robustnlu.metrics.registry`), so that clusters of 1-2 test
@@ -20,11 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from robustnlu.errors import DataError, RobustNLUError
 from robustnlu.metrics.registry import MIN_CLUSTER_SIZE, TESTED, drop, worst_cluster, worst_cluster_key
 from robustnlu.rundir import RunDir, walk
 from robustnlu.scenario import Scenario
-from robustnlu.sweep_jobs import job_identity
+from robustnlu.sweep_jobs import ABSENT, changed_settings, job_hash, read_sweep, shown_overrides, under, varying
+from robustnlu.sweep_state import TRAINING_CONFIG, sweep_status, sweeps_in
 
 BASELINE = "erm"
 
@@ -71,20 +76,56 @@ class Run:
 
 @dataclass(frozen=True)
 class Incomplete:
-    """A run directory without ``results.json``: state ``failed``, ``running`` (unfinished or
-    killed) or what ``status.json`` says; ``error`` as the run recorded it."""
+    """A run without ``results.json``: state ``failed``, ``running`` (unfinished or killed) or what
+    ``status.json`` says, ``error`` as the run recorded it; or a job of a training sweep that holds
+    no run (`jobs_without_status`), in its state and with why (``folder`` False: a job that made no
+    folder, ``path`` its sweep's)."""
 
     path: Path
     state: str
     error: str | None
+    folder: bool = True
+
+    @property
+    def dir(self) -> RunDir | None:
+        return RunDir(self.path) if self.folder else None
+
+
+def jobs_without_status(path: Path) -> list[Incomplete]:
+    """The jobs of the training sweeps at and below ``path`` (`robustnlu.sweep_state.sweeps_in`: a
+    folder holding ``multirun.yaml``) that hold no run (no ``results.json`` nor ``status.json``), in
+    their order and state as ``python -m robustnlu.sweep status`` reads them (`sweep_status`): a job
+    with a folder but no status.json died before it wrote one (or is starting), a job without a
+    folder never started (its overrides that tell it from the sweep's others shown)."""
+    found: list[Incomplete] = []
+    for folder in sweeps_in(path):
+        sweep = read_sweep(folder)
+        if sweep is None or sweep.config_name != TRAINING_CONFIG or RunDir(folder).is_run():
+            continue
+        _, jobs = sweep_status(folder)
+        keys = varying([job.overrides for job in jobs if job.listed])
+        seen: set[Path | str] = set()
+        for job in jobs:
+            key = job.folder if job.folder is not None else job_hash(job.overrides)
+            if key in seen or (job.folder is not None and RunDir(job.folder).is_run()):
+                continue
+            seen.add(key)
+            if job.folder is None:
+                why = "; ".join(filter(None, [f"no job folder: never started ({shown_overrides(job.overrides, keys)})",
+                                              job.note]))
+                found.append(Incomplete(folder, job.state, why, folder=False))
+            else:
+                found.append(Incomplete(job.folder, job.state, job.error or job.note or "no status.json yet"))
+    return found
 
 
 def discover(paths: Sequence[Path]) -> tuple[list[Run], list[Incomplete]]:
-    """Finished runs (``results.json``) and incomplete ones (``status.json`` only) found
-    recursively under ``paths`` (`robustnlu.rundir.walk`), each once, sorted by path. Raises
-    `StudyError` naming the first path that does not exist or holds neither; `DataError` for an
-    unreadable JSON file."""
+    """Finished runs (``results.json``) and incomplete ones (``status.json`` only, and the jobs of the
+    sweeps below that hold no run: `jobs_without_status`) found recursively under ``paths``
+    (`robustnlu.rundir.walk`), each once, sorted by path. Raises `StudyError` naming the first path
+    that does not exist or holds neither; `DataError` for an unreadable JSON file or sweep record."""
     seen: set[Path] = set()
+    seen_jobs: set[tuple[Path, str | None]] = set()
     runs: list[Run] = []
     incomplete: list[Incomplete] = []
     for path in paths:
@@ -106,6 +147,11 @@ def discover(paths: Sequence[Path]) -> tuple[list[Run], list[Incomplete]]:
                 if state == "finished":
                     state = "finished without results.json"
                 incomplete.append(Incomplete(run_dir.path, state, info.get("error")))
+        for job in jobs_without_status(path):
+            found += 1
+            if (key := (job.path.resolve(), job.error)) not in seen_jobs:  # a sweep given twice: its jobs once
+                seen_jobs.add(key)
+                incomplete.append(job)
         if not found:
             raise StudyError(f"{path}: no runs found (no results.json or status.json below it)")
     if not runs:
@@ -158,37 +204,56 @@ def check_one_split(runs: Sequence[Run]) -> None:
                              "clusters: other drift or data settings); report them separately")
 
 
-def _settings(run: Run) -> dict[str, str | None] | None:
-    """What ``run`` was trained with besides its seed: its task overrides (Hydra's record) as a job's
-    identity has them (`robustnlu.sweep_jobs.job_identity`: normalized, the settings that change
-    nothing left out), by key; None for a run that does not record them (a study's record)."""
-    overrides = run.dir.overrides()
-    if overrides is None:
-        return None
-    try:
-        identity = job_identity(overrides)
-    except ValueError:  # overrides that do not parse
-        return None
-    entries = (entry.split("=", 1) if "=" in entry else (entry, None) for entry in identity)
-    return {key: value for key, value in entries if key != "seed"}
+#: the config keys in which the models of one method and scenario may differ: the seed (one model
+#: per seed) and the scenario's name (the scenario itself is read from results.json; its name's
+#: spelling changed: ``snips-slot_context-False-iid``, now ``...-full-iid``)
+POOLED_OVER = ("seed", "scenario")
 
 
-def check_one_setting(runs: Sequence[Run]) -> None:
+def trained_config(run: Run) -> dict[str, Any] | None:
+    """The resolved config ``run`` trained with: its results.json's ``config``, else its
+    ``config.yaml`` (`DataError` if that cannot be read whole); None where it records neither."""
+    config = run.results.get("config")
+    if isinstance(config, dict):
+        return config
+    if run.dir.config_file.is_file():
+        return OmegaConf.to_container(run.dir.config(), resolve=False)
+    return None
+
+
+def other_settings(config: dict[str, Any], other: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The settings in which two runs' configs (`trained_config`) differ, as (other's, config's): their
+    `changed_settings` (where a run writes and how it logs left out, as in a job's identity; paths
+    inside each run's own folder and data folder read relative to it), but `POOLED_OVER` and the
+    keys one config lacks (a setting that one version of the code had and the other had not, e.g.
+    ``optimizer.fused``: what the run without it did there is not recorded)."""
+    changed = changed_settings(other, config)
+    return {k: v for k, v in changed.items() if not under(k, POOLED_OVER) and ABSENT not in v}
+
+
+def check_one_setting(runs: Sequence[Run]) -> list[Run]:
     """`StudyError` naming the first of ``runs`` (in their order) trained with other settings than an
-    earlier run of its method and scenario (`_settings`: e.g. 1 and 4 epochs, another learning
-    rate): a mean over them is no mean of one method's models. Runs that do not record their
-    overrides are not compared."""
-    first: dict[tuple[Scenario, str], tuple[Run, dict[str, str | None]]] = {}
+    earlier run of its method and scenario (`other_settings`: e.g. 1 and 4 epochs, another learning
+    rate): a mean over them is no mean of one method's models. Returns the runs whose settings
+    cannot be compared (no `trained_config`: a results.json written by hand) in a method and
+    scenario of more than one run: they are pooled and the report names them, a report with the
+    doubt stated being of more use than none."""
+    first: dict[tuple[Scenario, str], tuple[Run, dict[str, Any]]] = {}
+    size: dict[tuple[Scenario, str], int] = defaultdict(int)
+    uncompared: list[tuple[tuple[Scenario, str], Run]] = []
     for run in runs:
-        settings = _settings(run)
-        if settings is None:
+        cell = (run.scenario, run.method)
+        size[cell] += 1
+        config = trained_config(run)
+        if config is None:
+            uncompared.append((cell, run))
             continue
-        other, other_settings = first.setdefault((run.scenario, run.method), (run, settings))
-        differ = sorted(k for k in settings.keys() | other_settings.keys()
-                        if settings.get(k, "") != other_settings.get(k, ""))
-        if differ:
+        other, other_config = first.setdefault(cell, (run, config))
+        if differ := other_settings(config, other_config):
+            shown = "; ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in differ.items())
             raise StudyError(f"{run.path}: {run.method} in scenario {run.scenario.name} trained with other settings than "
-                             f"{other.path} ({', '.join(differ)}); report them separately")
+                             f"{other.path} ({shown}); report them separately")
+    return [run for cell, run in uncompared if size[cell] > 1]
 
 
 #: what every report reads from a results.json: (dotted key, type), in the order they are checked

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,9 @@ class Study:
     seed: int
     rule: str
     min_cluster_size: int = MIN_CLUSTER_SIZE
+    #: runs pooled with others of their method and scenario whose settings could not be compared
+    #: (`check_one_setting`)
+    uncompared: list[Run] = field(default_factory=list)
 
 
 def build_study(paths: Sequence[Path], alpha: float = 0.05, rounds: int = 10_000, seed: int = 0,
@@ -72,11 +75,11 @@ def build_study(paths: Sequence[Path], alpha: float = 0.05, rounds: int = 10_000
     check_results(runs)
     check_distinct(runs)
     check_one_split(runs)
-    check_one_setting(runs)
+    uncompared = check_one_setting(runs)
     stats = scenario_stats(group_runs(runs), min_cluster_size)
     comparisons = compare_to_baseline(stats, alpha, rounds, seed, rule)
     return Study(list(map(Path, paths)), runs, incomplete, stats, comparisons, significance_counts(comparisons),
-                 alpha, rounds, seed, rule, min_cluster_size)
+                 alpha, rounds, seed, rule, min_cluster_size, uncompared)
 
 
 FILES = ("table10_metrics.md", "table10_metrics.csv", "relative_change.md", "relative_change.csv",
@@ -102,6 +105,13 @@ def _report_md(study: Study, t10: str, rel: str, counts: str) -> str:
     if study.incomplete:
         lines += ["### Failed or unfinished runs", "", "| run directory | state | error |", "|---|---|---|"]
         lines += [f"| `{r.path}` | {r.state} | {(r.error or '').replace('|', '/')} |" for r in study.incomplete]
+        lines.append("")
+    if study.uncompared:
+        lines += ["### Runs whose settings could not be compared", "",
+                  "These runs record no config (neither in results.json nor in config.yaml), so the report "
+                  "cannot tell whether they trained with the settings of the other runs of their method and "
+                  "scenario; they are counted as models of it:", ""]
+        lines += [f"- `{r.path}` ({r.method}, {r.scenario.name})" for r in study.uncompared]
         lines.append("")
     lines += [
         "## Method", "",
