@@ -18,11 +18,13 @@ sweeps are training sweeps: ``<sweep dir>``, or with ``--mode adapt`` ``<sweep d
 finished ones, not those running or queued in Slurm — with the launcher and settings of the sweep
 that asked for each (its ``hydra.*`` overrides: launcher, partition, ``hydra.sweep.subdir``, ...),
 each with its own overrides plus ``resume=true``, into the same sweep directory and folders. It
-writes the list to ``<sweep dir>/.relaunch/<time>.json``, prints the command and runs it
-(``--dry-run``: prints only); one command for each set of settings where the directory's sweeps
-differ in them:
+writes the list to ``<sweep dir>/.relaunch/<time>.json`` (a new file: ``<time>.2.json`` where that
+name is taken), prints the command and runs it (``--dry-run``: prints only); one command for each
+set of settings where the directory's sweeps differ in them:
 ``python -m robustnlu -m hydra/sweeper=joblist ...``
-(hydra_plugins/robustnlu_plugins/job_list_sweeper.py). To add values to a sweep instead, launch it
+(hydra_plugins/robustnlu_plugins/job_list_sweeper.py). It holds ``<sweep dir>/.relaunch/run.lock``
+until its commands end (`relaunch_lock`): a second relaunch of the sweep meanwhile, which would
+submit the same jobs, is refused. To add values to a sweep instead, launch it
 again with them and ``resume=true`` (``seed=0,1`` then ``seed=0,1,2``): its finished jobs return
 their stored results from their folders. A SeqDrift sweep is not relaunched: its command run again
 into its sweep directory (``hydra.sweep.dir=<it>``) writes each job into its own folder again, the
@@ -32,6 +34,8 @@ splits already made taken from the cache.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
 import os
 import re
@@ -39,10 +43,12 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from robustnlu.errors import CommandLineParser, ConfigError, entry_point
-from robustnlu.io import atomic_write_json
+from robustnlu.io import atomic_create, json_text
+from robustnlu.runlock import acquire, release
 from robustnlu.sweep_jobs import EARLIER_DIR, Sweep, job_hash, parse_overrides, read_sweep, shown_overrides, under, varying
 from robustnlu.sweep_state import STATES, TRAINING_CONFIG, Job, sweep_status, sweeps_in
 
@@ -143,7 +149,16 @@ def check_relaunchable(sweep: Sweep | None, path: Path) -> Sweep:
 
 
 def relaunch(path: Path, dry_run: bool) -> int:
+    """Run the unfinished jobs of the sweep in ``path`` again (see the module docstring), holding
+    its relaunch lock while it does (`relaunch_lock`; a dry run takes none: it runs nothing)."""
     check_relaunchable(read_sweep(path), path)
+    with contextlib.nullcontext() if dry_run else relaunch_lock(path):
+        return run_unfinished(path, dry_run)
+
+
+def run_unfinished(path: Path, dry_run: bool) -> int:
+    """Print the sweep's jobs that `relaunch` runs again and its command for them, and run it
+    unless ``dry_run``: the exit status of the commands (0 where each succeeded)."""
     _, jobs = sweep_status(path)
     listed = [j for j in jobs if j.listed]
     todo, seen = [], set()
@@ -170,15 +185,42 @@ def relaunch(path: Path, dry_run: bool) -> int:
     stamp = time.strftime('%Y-%m-%d_%H-%M-%S')
     status = 0
     for number, ((cwd, hydra), overrides) in enumerate(groups.items(), 1):
-        jobs_file = path.resolve() / RELAUNCH_DIR / (f"{stamp}.json" if len(groups) == 1 else f"{stamp}-{number}.json")
+        names = record_names(path.resolve() / RELAUNCH_DIR, stamp if len(groups) == 1 else f"{stamp}-{number}")
+        jobs_file = next(names) if dry_run else atomic_create(
+            names, json_text({"sweep": str(path.resolve()), "jobs": overrides}))
         cmd = [sys.executable, "-m", "robustnlu", "-m", *hydra, "hydra/sweeper=joblist",
                f"hydra.sweeper.jobs_file={quoted(str(jobs_file))}", "resume=true"]
         print(f"+ cd {shlex.quote(str(cwd))} && {shlex.join(cmd)}", flush=True)
-        if dry_run:
-            continue
-        atomic_write_json(jobs_file, {"sweep": str(path.resolve()), "jobs": overrides})
-        status = subprocess.run(cmd, cwd=cwd, env=os.environ.copy()).returncode or status
+        if not dry_run:
+            status = subprocess.run(cmd, cwd=cwd, env=os.environ.copy()).returncode or status
     return status
+
+
+def record_names(folder: Path, stem: str) -> Iterator[Path]:
+    """The names a relaunch's job list may take in ``folder``: ``<stem>.json``, then
+    ``<stem>.2.json``, ``<stem>.3.json``, ... (`robustnlu.io.atomic_create` takes the first free
+    one: relaunches started in the same second keep a record each)."""
+    yield folder / f"{stem}.json"
+    for number in itertools.count(2):
+        yield folder / f"{stem}.{number}.json"
+
+
+@contextlib.contextmanager
+def relaunch_lock(path: Path) -> Iterator[None]:
+    """Hold the lock of ``<path>/.relaunch`` (`robustnlu.runlock`, as a run holds its folder) while
+    a relaunch reads the jobs' states and runs them: a second relaunch meanwhile would find the jobs
+    the first is submitting unfinished and submit them too, so it is refused in one line naming the
+    process that holds it. A relaunch whose process is gone (killed) leaves a lock the next takes over."""
+    folder = path.resolve() / RELAUNCH_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        acquire(folder)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: another relaunch of it is running: {err}") from None
+    try:
+        yield
+    finally:
+        release(folder)
 
 
 @entry_point

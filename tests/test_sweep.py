@@ -343,6 +343,38 @@ def test_status_and_relaunch_list_the_jobs_of_every_sweep_launched_into_the_dire
                                                              "0 failed, 0 running, 0 queued, 0 interrupted, 2 missing")
 
 
+def test_relaunches_in_the_same_second_keep_a_record_each_and_one_held_by_another_process_is_refused(
+        tmp_path, capsys, monkeypatch):
+    """Each relaunch's job list is a file of its own even where two start in the same second (the
+    second named with a suffix, never written over the first); while another live process holds
+    the sweep's relaunch lock (it submits the jobs), a relaunch is refused in one line and submits
+    nothing. The lock is this test's parent process's here; the commands are recorded, not run."""
+    sweep = tmp_path / "sweep"
+    _multirun(sweep, ["method=erm", "seed=0,1"])
+    submitted = []
+    monkeypatch.setattr("robustnlu.sweep.subprocess.run",
+                        lambda cmd, **_: submitted.append(cmd) or subprocess.CompletedProcess(cmd, 0))
+    monkeypatch.setattr("robustnlu.sweep.time.strftime", lambda _: "2026-01-01_00-00-00")
+    records = sweep / ".relaunch"
+    lock = records / LOCK_NAME
+    records.mkdir()
+    lock.write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname(), "since": "2026-01-01T00:00:00"}))
+    assert main(["relaunch", str(sweep)]) == 2
+    out, err = capsys.readouterr()
+    assert err == (f"error: {sweep}: another relaunch of it is running: {records} is in use by process {os.getppid()} "
+                   f"on {socket.gethostname()} (since 2026-01-01T00:00:00, {lock}); wait for it to end, or if that "
+                   "process is gone, remove the lock file\n")
+    assert out == "" and submitted == [] and [p.name for p in records.iterdir()] == [LOCK_NAME]
+    lock.unlink()
+    assert relaunch(sweep, dry_run=False) == 0 and relaunch(sweep, dry_run=False) == 0
+    files = [Path(cmd[-2].removeprefix("hydra.sweeper.jobs_file=")) for cmd in submitted]
+    assert [f.name for f in files] == ["2026-01-01_00-00-00.json", "2026-01-01_00-00-00.2.json"]
+    assert sorted(p.name for p in records.iterdir()) == sorted(f.name for f in files)  # the lock released
+    for file in files:
+        assert json.loads(file.read_text()) == {"sweep": str(sweep), "jobs": [["method=erm", "seed=0"],
+                                                                               ["method=erm", "seed=1"]]}
+
+
 @pytest.mark.parametrize("case,expected", [
     ("no multirun.yaml", "no multirun.yaml, so the sweep's jobs are not known"),
     ("optuna", "decides its jobs as it goes"),
