@@ -375,6 +375,23 @@ def test_relaunches_in_the_same_second_keep_a_record_each_and_one_held_by_anothe
                                                                                ["method=erm", "seed=1"]]}
 
 
+def test_a_replaced_record_kept_while_another_sweep_keeps_one_takes_the_next_number(tmp_path, monkeypatch):
+    """Two sweeps that start into one directory at once both find n - 1 records kept: the one that
+    writes n second takes n + 1, and the first one's record stays as it was. Here the other sweep's
+    record appears between the count of the kept records and the write."""
+    sweep = tmp_path / "sweep"
+    _multirun(sweep, ["method=erm", "seed=0,1"])
+    replaced = (sweep / "multirun.yaml").read_bytes()
+    (sweep / ".multirun").mkdir()
+    others = sweep / ".multirun" / "1.yaml"
+    others.write_text("the other sweep's record\n")
+    monkeypatch.setattr("robustnlu.sweep_jobs.earlier_records", lambda path: [])  # counted before it appeared
+    kept = keep_replaced(sweep, [["method=topk", "seed=0"]])
+    assert kept == sweep / ".multirun" / "2.yaml" and kept.read_bytes() == replaced
+    assert others.read_text() == "the other sweep's record\n"
+    assert sorted(p.name for p in (sweep / ".multirun").iterdir()) == ["1.yaml", "2.yaml"]
+
+
 @pytest.mark.parametrize("case,expected", [
     ("no multirun.yaml", "no multirun.yaml, so the sweep's jobs are not known"),
     ("optuna", "decides its jobs as it goes"),
