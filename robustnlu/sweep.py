@@ -3,7 +3,8 @@ sweep (``python -m robustnlu -m ...``), and running again only what has not fini
 also for a SeqDrift sweep (``python -m robustnlu.seqdrift -m ...``).
 
 ``status`` lists the sweep's jobs, a job that never started too, each with its state (``finished``,
-``failed`` with its error line, ``running``, ``queued``, ``interrupted``, ``missing``), its folder
+``failed`` with its error line, ``running``, ``queued`` with its previous attempt's error line
+where it failed, ``interrupted``, ``missing``), its folder
 and the overrides that tell it from the other jobs; the jobs of every sweep launched into the
 directory, the latest's first (a sweep with other values into the same directory keeps the earlier
 one's record, `robustnlu.sweep_jobs.keep_replaced`). How each app's states are read from the folders
@@ -89,6 +90,8 @@ def print_status(path: Path, sweep: Sweep | None, jobs: list[Job]) -> None:
         print(f"  {job.state:<12} {folder:<{width}}  {shown_overrides(job.overrides, keys)}".rstrip())
         if job.error:
             print(f"  {'':<12} error: {one_line(job.error).removeprefix('error: ')}")
+        if job.previous_error:
+            print(f"  {'':<12} previous attempt's error: {one_line(job.previous_error).removeprefix('error: ')}")
         if job.note:
             print(f"  {'':<12} ({job.note})")
 
@@ -242,8 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             for job in jobs:
                 print(json.dumps({"sweep": str(path), "state": job.state, "folder": str(job.folder) if job.folder else None,
-                                  "overrides": job.overrides, "error": job.error, "note": job.note,
-                                  "listed": job.listed}))
+                                  "overrides": job.overrides, "error": job.error,
+                                  "previous_error": job.previous_error, "note": job.note, "listed": job.listed}))
         else:
             print_status(path, sweep, jobs)
     return 0

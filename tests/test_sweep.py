@@ -278,6 +278,33 @@ def test_status_tells_a_seqdrift_jobs_state_by_its_files_and_lock_and_refuses_ap
         sweep_status(tmp_path / "evaluate")
 
 
+def test_a_failed_job_queued_again_in_slurm_shows_its_error_as_its_previous_attempts(tmp_path, capsys, monkeypatch):
+    """A job relaunched through Slurm and waiting there is ``queued``; the error its folder still
+    records is the attempt before's, not the queued job's: status shows it as such (``--json``:
+    ``previous_error``, ``error`` null). Slurm's answer is given here (`slurm_queue`)."""
+    sweep = tmp_path / "sweep"
+    _multirun(sweep, ["seed=0,1"])
+    error = "RuntimeError: CUDA out of memory\n(the second line of its message)"
+    _job(sweep, ["seed=0"], {"state": "failed", "error": error, "overrides": ["seed=0"]})
+    _job(sweep, ["seed=1"], {"state": "failed", "error": "optimizer.lr: must be > 0 (got -1)", "overrides": ["seed=1"]})
+    monkeypatch.setattr("robustnlu.sweep_state.slurm_queue", lambda path: {job_hash(["seed=0"]): ("1234", "PENDING")})
+    assert main(["status", str(sweep)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(": 2 jobs (its multirun.yaml's job list): 0 finished, 1 failed, 0 running, 1 queued, "
+                             "0 interrupted, 0 missing")
+    assert [line.split() for line in lines[1:]] == [
+        ["queued", f"job-{job_hash(['seed=0'])}", "seed=0"],
+        "previous attempt's error: RuntimeError: CUDA out of memory; (the second line of its message)".split(),
+        ["(Slurm", "job", "1234", "PENDING)"],
+        ["failed", f"job-{job_hash(['seed=1'])}", "seed=1"],
+        "error: optimizer.lr: must be > 0 (got -1)".split()]
+    assert main(["status", "--json", str(sweep)]) == 0
+    queued, failed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (queued["state"], queued["error"], queued["previous_error"]) == ("queued", None, error)
+    assert (failed["state"], failed["error"], failed["previous_error"]) == ("failed", "optimizer.lr: must be > 0 (got -1)",
+                                                                            None)
+
+
 def test_relaunch_runs_the_unfinished_jobs_with_the_sweeps_launcher_and_resume(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     _multirun(sweep, ["method=erm,topk", "seed=0", "resume=false"],
