@@ -213,17 +213,24 @@ def relaunch_lock(path: Path) -> Iterator[None]:
     """Hold the lock of ``<path>/.relaunch`` (`robustnlu.runlock`, as a run holds its folder) while
     a relaunch reads the jobs' states and runs them: a second relaunch meanwhile would find the jobs
     the first is submitting unfinished and submit them too, so it is refused in one line naming the
-    process that holds it. A relaunch whose process is gone (killed) leaves a lock the next takes over."""
+    process that holds it. A relaunch whose process is gone (killed) leaves a lock the next takes over;
+    one that ran nothing leaves no folder."""
     folder = path.resolve() / RELAUNCH_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        acquire(folder)
-    except ConfigError as err:
-        raise ConfigError(f"{path}: another relaunch of it is running: {err}") from None
+    while True:
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            acquire(folder)
+            break
+        except FileNotFoundError:  # removed meanwhile by a relaunch that ended with it empty
+            continue
+        except ConfigError as err:
+            raise ConfigError(f"{path}: another relaunch of it is running: {err}") from None
     try:
         yield
     finally:
         release(folder)
+        with contextlib.suppress(OSError):  # only where it is empty
+            folder.rmdir()
 
 
 @entry_point

@@ -316,6 +316,7 @@ def test_relaunch_runs_the_unfinished_jobs_with_the_sweeps_launcher_and_resume(t
     assert relaunch(sweep, dry_run=True) == 0
     out = capsys.readouterr().out
     assert "1 running, 0 queued (left alone), 0 to run again" in out and "nothing to relaunch" in out
+    assert relaunch(sweep, dry_run=False) == 0 and not (sweep / ".relaunch").exists()  # nothing run, nothing written
     (running / LOCK_NAME).unlink()  # its process is gone
     assert relaunch(sweep, dry_run=True) == 0
     out = capsys.readouterr().out
