@@ -19,7 +19,7 @@ note and a warning, not as a meaningful zero).
 Results go to ``<run>/robustness.json`` (merged with the suites already there) and
 ``<run>/robustness.md``, written atomically; ``python -m robustnlu suite=[...]`` does the same at
 the end of training. A run whose training is still running (another process holds its
-``run.lock``) is refused: its checkpoints are half-trained (`robustnlu.runlock.check_not_running`).
+``run.lock``) is refused: its checkpoints are half-trained (`robustnlu.predictor.Predictor.from_checkpoint`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ from robustnlu.noise.casing import tokenizer_ignores_case
 from robustnlu.noise.suite import NoisyPair, load_noisy_suite
 from robustnlu.paths import data_dir, relocate_data
 from robustnlu.rundir import RunDir
-from robustnlu.runlock import check_not_running
 from robustnlu.seqdrift.pipeline import make_drift_split
 from robustnlu.seqdrift.shipped import SHIPPED_DIR
 
@@ -193,8 +192,8 @@ def evaluate(cfg: DictConfig) -> str:
     device = inference_device(cfg.device, "device")
     ckpt = Path(cfg.ckpt)
     run = RunDir.of_checkpoint(ckpt)
-    check_not_running(run.path)
-    predictor = Predictor.from_checkpoint(ckpt, device)  # a file that is not a checkpoint: DataError
+    # a file that is not a checkpoint: DataError; a run still training: ConfigError
+    predictor = Predictor.from_checkpoint(ckpt, device)
     # the run's datasets where it read them, or under this command's paths.data_dir when that folder is gone
     run_cfg = OmegaConf.create(relocate_data(OmegaConf.to_container(read_run_config(run, ckpt)), data_dir(cfg)))
     earlier = earlier_suites(run.path)  # read before the work: a file cut short stops it

@@ -1,6 +1,7 @@
 """Atomic output: every file is written to a temporary sibling and renamed into place, so a
 crash or a bad input never leaves a half-written result behind, and a set of files that belong
-together replaces the old set only once every one of them is written (`atomic_write_files`);
+together replaces the old set only once every one of them is written (`atomic_write_files`), and a
+new file takes a name no other process has taken, never replacing one (`atomic_create`);
 `check_outputs` refuses, before any work, an output path that would overwrite one of a command's
 inputs or cannot be written; `compute_once` makes concurrent processes (a Slurm array on a shared
 filesystem) compute a cached result once. And the one way input data is opened, compressed or
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import itertools
 import json
 import logging
 import lzma
@@ -184,6 +186,27 @@ def atomic_write_files(files: Mapping[str | Path, Content]) -> list[Path]:
             tmp.unlink(missing_ok=True)
         raise
     return paths
+
+
+def atomic_create(names: Iterable[str | Path], content: Content) -> Path:
+    """Write ``content`` as a new file under the first of ``names`` (in one folder) that is free,
+    never replacing a file: the content goes to a temporary sibling first, which is then hard-linked
+    to each name in turn until a link succeeds (``link`` fails where the name exists, atomically,
+    on network file systems too). Of two processes that create at once, each gets a name of its own
+    and a complete file. Returns the name taken; `FileExistsError` where every name is taken."""
+    names = iter(names)
+    first = Path(next(names))
+    tmp = _temporary_sibling(first, content)
+    try:
+        for name in itertools.chain([first], names):
+            try:
+                os.link(tmp, name)
+            except FileExistsError:
+                continue
+            return Path(name)
+        raise FileExistsError(f"{first.parent}: every name for the new file is taken")
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def atomic_write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:

@@ -16,8 +16,10 @@ longer than the encoder reads (its positions, e.g. 128 sub-word tokens for ``enc
 and the intent judged on a prefix; so is an utterance without words. With ``--file`` the error
 names the file and line, and nothing is written. ``--out`` must not be an input (the
 ``--file`` or the checkpoint, however spelled), a directory, or unwritable; ``--device`` must
-be a device this machine has (cpu, cuda, cuda:<index>, mps). Each is refused before the model is
-loaded, except the length, which needs the model's tokenizer.
+be a device this machine has (cpu, cuda, cuda:<index>, mps); a checkpoint of a run still training
+(another live process holds its ``run.lock``) is half-trained, refused as ``evaluate`` refuses it
+(`robustnlu.predictor.Predictor.from_checkpoint`). Each is refused before the model is loaded,
+except the length, which needs the model's tokenizer.
 """
 
 from __future__ import annotations

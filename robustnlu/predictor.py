@@ -18,6 +18,8 @@ from robustnlu.data.utterance import Utterance
 from robustnlu.errors import ConfigError, DataError
 from robustnlu.model.encoders import load_tokenizer
 from robustnlu.module import SLUModule
+from robustnlu.rundir import RunDir
+from robustnlu.runlock import check_not_running
 
 #: the most sub-word tokens any input gets, whatever the tokenizer and encoder allow
 MAX_TOKENS = 512
@@ -57,6 +59,10 @@ class Predictor:
 
     @classmethod
     def from_checkpoint(cls, ckpt: str | Path, device: str | torch.device = "cpu") -> Predictor:
+        """The model of ``ckpt``; `ConfigError` where its run (``RUN/checkpoints/<file>.ckpt``) is
+        still training (another live process holds its lock: `robustnlu.runlock.check_not_running`),
+        since what the checkpoint holds is half-trained. ``predict`` and ``evaluate`` load so."""
+        check_not_running(RunDir.of_checkpoint(ckpt).path)
         module = SLUModule.from_checkpoint(ckpt, device)
         return cls(module, load_tokenizer(module.hparams.encoder_spec))
 

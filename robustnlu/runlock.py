@@ -6,7 +6,8 @@ that no longer runs (killed, OOM, a crashed node's requeued job on the same host
 with a message, and so is one of an earlier instance of this Slurm job (a requeued job starts
 anew, maybe on another node; Slurm runs one instance of a job at a time). A lock held by a live
 process, or by another host (whose processes cannot be seen from here), is refused with one line
-naming the holder; a command that reads a run (``python -m robustnlu.evaluate``) refuses one whose
+naming the holder; a command that reads a run's checkpoint (``python -m robustnlu.evaluate``,
+``python -m robustnlu.predict``: `robustnlu.predictor.Predictor.from_checkpoint`) refuses one whose
 lock is so held (`check_not_running`), since what it would read is half-trained. A file lock
 (``flock``) would free itself when its holder dies, but it is unreliable on the network file
 systems of clusters, where run directories live.

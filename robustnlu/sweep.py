@@ -3,7 +3,8 @@ sweep (``python -m robustnlu -m ...``), and running again only what has not fini
 also for a SeqDrift sweep (``python -m robustnlu.seqdrift -m ...``).
 
 ``status`` lists the sweep's jobs, a job that never started too, each with its state (``finished``,
-``failed`` with its error line, ``running``, ``queued``, ``interrupted``, ``missing``), its folder
+``failed`` with its error line, ``running``, ``queued`` with its previous attempt's error line
+where it failed, ``interrupted``, ``missing``), its folder
 and the overrides that tell it from the other jobs; the jobs of every sweep launched into the
 directory, the latest's first (a sweep with other values into the same directory keeps the earlier
 one's record, `robustnlu.sweep_jobs.keep_replaced`). How each app's states are read from the folders
@@ -18,11 +19,13 @@ sweeps are training sweeps: ``<sweep dir>``, or with ``--mode adapt`` ``<sweep d
 finished ones, not those running or queued in Slurm — with the launcher and settings of the sweep
 that asked for each (its ``hydra.*`` overrides: launcher, partition, ``hydra.sweep.subdir``, ...),
 each with its own overrides plus ``resume=true``, into the same sweep directory and folders. It
-writes the list to ``<sweep dir>/.relaunch/<time>.json``, prints the command and runs it
-(``--dry-run``: prints only); one command for each set of settings where the directory's sweeps
-differ in them:
+writes the list to ``<sweep dir>/.relaunch/<time>.json`` (a new file: ``<time>.2.json`` where that
+name is taken), prints the command and runs it (``--dry-run``: prints only); one command for each
+set of settings where the directory's sweeps differ in them:
 ``python -m robustnlu -m hydra/sweeper=joblist ...``
-(hydra_plugins/robustnlu_plugins/job_list_sweeper.py). To add values to a sweep instead, launch it
+(hydra_plugins/robustnlu_plugins/job_list_sweeper.py). It holds ``<sweep dir>/.relaunch/run.lock``
+until its commands end (`relaunch_lock`): a second relaunch of the sweep meanwhile, which would
+submit the same jobs, is refused. To add values to a sweep instead, launch it
 again with them and ``resume=true`` (``seed=0,1`` then ``seed=0,1,2``): its finished jobs return
 their stored results from their folders. A SeqDrift sweep is not relaunched: its command run again
 into its sweep directory (``hydra.sweep.dir=<it>``) writes each job into its own folder again, the
@@ -32,6 +35,8 @@ splits already made taken from the cache.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
 import os
 import re
@@ -39,10 +44,12 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from robustnlu.errors import CommandLineParser, ConfigError, entry_point
-from robustnlu.io import atomic_write_json
+from robustnlu.io import atomic_create, json_text
+from robustnlu.runlock import acquire, release
 from robustnlu.sweep_jobs import EARLIER_DIR, Sweep, job_hash, parse_overrides, read_sweep, shown_overrides, under, varying
 from robustnlu.sweep_state import STATES, TRAINING_CONFIG, Job, sweep_status, sweeps_in
 
@@ -83,6 +90,8 @@ def print_status(path: Path, sweep: Sweep | None, jobs: list[Job]) -> None:
         print(f"  {job.state:<12} {folder:<{width}}  {shown_overrides(job.overrides, keys)}".rstrip())
         if job.error:
             print(f"  {'':<12} error: {one_line(job.error).removeprefix('error: ')}")
+        if job.previous_error:
+            print(f"  {'':<12} previous attempt's error: {one_line(job.previous_error).removeprefix('error: ')}")
         if job.note:
             print(f"  {'':<12} ({job.note})")
 
@@ -143,7 +152,16 @@ def check_relaunchable(sweep: Sweep | None, path: Path) -> Sweep:
 
 
 def relaunch(path: Path, dry_run: bool) -> int:
+    """Run the unfinished jobs of the sweep in ``path`` again (see the module docstring), holding
+    its relaunch lock while it does (`relaunch_lock`; a dry run takes none: it runs nothing)."""
     check_relaunchable(read_sweep(path), path)
+    with contextlib.nullcontext() if dry_run else relaunch_lock(path):
+        return run_unfinished(path, dry_run)
+
+
+def run_unfinished(path: Path, dry_run: bool) -> int:
+    """Print the sweep's jobs that `relaunch` runs again and its command for them, and run it
+    unless ``dry_run``: the exit status of the commands (0 where each succeeded)."""
     _, jobs = sweep_status(path)
     listed = [j for j in jobs if j.listed]
     todo, seen = [], set()
@@ -170,15 +188,49 @@ def relaunch(path: Path, dry_run: bool) -> int:
     stamp = time.strftime('%Y-%m-%d_%H-%M-%S')
     status = 0
     for number, ((cwd, hydra), overrides) in enumerate(groups.items(), 1):
-        jobs_file = path.resolve() / RELAUNCH_DIR / (f"{stamp}.json" if len(groups) == 1 else f"{stamp}-{number}.json")
+        names = record_names(path.resolve() / RELAUNCH_DIR, stamp if len(groups) == 1 else f"{stamp}-{number}")
+        jobs_file = next(names) if dry_run else atomic_create(
+            names, json_text({"sweep": str(path.resolve()), "jobs": overrides}))
         cmd = [sys.executable, "-m", "robustnlu", "-m", *hydra, "hydra/sweeper=joblist",
                f"hydra.sweeper.jobs_file={quoted(str(jobs_file))}", "resume=true"]
         print(f"+ cd {shlex.quote(str(cwd))} && {shlex.join(cmd)}", flush=True)
-        if dry_run:
-            continue
-        atomic_write_json(jobs_file, {"sweep": str(path.resolve()), "jobs": overrides})
-        status = subprocess.run(cmd, cwd=cwd, env=os.environ.copy()).returncode or status
+        if not dry_run:
+            status = subprocess.run(cmd, cwd=cwd, env=os.environ.copy()).returncode or status
     return status
+
+
+def record_names(folder: Path, stem: str) -> Iterator[Path]:
+    """The names a relaunch's job list may take in ``folder``: ``<stem>.json``, then
+    ``<stem>.2.json``, ``<stem>.3.json``, ... (`robustnlu.io.atomic_create` takes the first free
+    one: relaunches started in the same second keep a record each)."""
+    yield folder / f"{stem}.json"
+    for number in itertools.count(2):
+        yield folder / f"{stem}.{number}.json"
+
+
+@contextlib.contextmanager
+def relaunch_lock(path: Path) -> Iterator[None]:
+    """Hold the lock of ``<path>/.relaunch`` (`robustnlu.runlock`, as a run holds its folder) while
+    a relaunch reads the jobs' states and runs them: a second relaunch meanwhile would find the jobs
+    the first is submitting unfinished and submit them too, so it is refused in one line naming the
+    process that holds it. A relaunch whose process is gone (killed) leaves a lock the next takes over;
+    one that ran nothing leaves no folder."""
+    folder = path.resolve() / RELAUNCH_DIR
+    while True:
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            acquire(folder)
+            break
+        except FileNotFoundError:  # removed meanwhile by a relaunch that ended with it empty
+            continue
+        except ConfigError as err:
+            raise ConfigError(f"{path}: another relaunch of it is running: {err}") from None
+    try:
+        yield
+    finally:
+        release(folder)
+        with contextlib.suppress(OSError):  # only where it is empty
+            folder.rmdir()
 
 
 @entry_point
@@ -200,8 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             for job in jobs:
                 print(json.dumps({"sweep": str(path), "state": job.state, "folder": str(job.folder) if job.folder else None,
-                                  "overrides": job.overrides, "error": job.error, "note": job.note,
-                                  "listed": job.listed}))
+                                  "overrides": job.overrides, "error": job.error,
+                                  "previous_error": job.previous_error, "note": job.note, "listed": job.listed}))
         else:
             print_status(path, sweep, jobs)
     return 0

@@ -35,6 +35,7 @@ hold, each with the record that asked for it (its settings are those its relaunc
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from robustnlu.errors import DataError, yaml_problem
-from robustnlu.io import atomic_write_files
+from robustnlu.io import atomic_create
 from robustnlu.paths import upgrade_run_config
 
 #: settings that do not change what a run computes: where it writes and caches, how it logs and
@@ -325,7 +326,8 @@ def job_list(sweeps: Sequence[Sweep]) -> list[tuple[Sweep, list[str]]]:
 
 def keep_replaced(path: Path, jobs: Iterable[Sequence[str]]) -> Path | None:
     """Before a sweep of ``jobs`` writes its ``multirun.yaml`` into ``path``: the one there kept as
-    ``<path>/.multirun/<n>.yaml`` (`EARLIER_DIR`, ``n`` one more than the last kept), unless the new
+    ``<path>/.multirun/<n>.yaml`` (`EARLIER_DIR`, ``n`` one more than the last kept, or the next free
+    one where another sweep took it meanwhile: `robustnlu.io.atomic_create`), unless the new
     sweep holds each of its jobs (its record then lists them all) or it has no job list; a record
     that cannot be read is kept too. The file it is kept as, or None."""
     record = Path(path) / MULTIRUN_FILE
@@ -340,8 +342,10 @@ def keep_replaced(path: Path, jobs: Iterable[Sequence[str]]) -> Path | None:
         if earlier is None or all(job_hash(overrides) in new for overrides in earlier):
             return None
     kept = earlier_records(path)
-    number = int(kept[0].stem) + 1 if kept else 1
-    return atomic_write_files({Path(path) / EARLIER_DIR / f"{number}.yaml": record.read_bytes()})[0]
+    first = int(kept[0].stem) + 1 if kept else 1
+    # a new file each: of two sweeps that start at once, the second to claim n takes n + 1
+    names = (Path(path) / EARLIER_DIR / f"{number}.yaml" for number in itertools.count(first))
+    return atomic_create(names, record.read_bytes())
 
 
 def job_positions(path: str | Path) -> dict[str, int]:

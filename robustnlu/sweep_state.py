@@ -81,6 +81,8 @@ class Job:
     listed: bool = True
     #: the sweep whose job list holds it (its multirun.yaml, or an earlier sweep's kept record)
     sweep: Sweep | None = None
+    #: the error line of its attempt before, where Slurm holds it again (`queued`): not its own
+    previous_error: str | None = None
 
 
 def slurm_alive(job_id: str) -> bool | None:
@@ -239,13 +241,15 @@ def queued(job: Job, slurm: tuple[str, str] | None) -> Job:
     interrupted or missing there but that Slurm holds waiting to start (submitted behind others, or
     requeued after a time-out) is ``queued``; one without a folder that Slurm has started is
     ``running``. A started job with a folder is told by its folder: its lock once it holds it, its
-    record (failed, interrupted) while its Slurm job is still ending."""
+    record (failed, interrupted) while its Slurm job is still ending. The error its folder records is
+    then its attempt before's (`Job.previous_error`), not the queued or running job's."""
     if slurm is None or job.state in ("finished", "running"):
         return job
     job_id, state = slurm
     if state in SLURM_WAITING or job.folder is None:
         job.note = "; ".join(filter(None, [f"Slurm job {job_id} {state}", job.note]))
         job.state = "queued" if state in SLURM_WAITING else "running"
+        job.previous_error, job.error = job.error, None
     return job
 
 

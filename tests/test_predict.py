@@ -4,12 +4,18 @@ line with exit status 2, before anything is written, and what it still answers a
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from integration_helpers import FAST, compose_config, file_bytes, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu.predict import main
+from robustnlu.runlock import LOCK_NAME
 from robustnlu.train import run
 
 #: the tiny encoder's positions (conf/encoder/tiny.yaml) less [CLS] and [SEP]: the most one-token words it reads
@@ -130,3 +136,23 @@ def test_a_cuda_index_past_the_devices_is_refused(ckpt, capsys):
         assert err == f"error: --device=cuda:{count}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}\n"
     else:
         assert err == f"error: --device=cuda:0: this machine has no CUDA device (torch {torch.__version__}); use cpu\n"
+
+
+def test_a_checkpoint_of_a_run_whose_training_still_runs_is_refused_and_one_whose_process_is_gone_is_read(
+        ckpt, tmp_path, capsys):
+    """A live process holds the run's run.lock (this test's parent here): its checkpoints are
+    half-trained, so predict refuses it in one line, as evaluate does; a lock left by a process that
+    is gone does not stop it."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(ckpt.parent.parent, run_dir)
+    copy = run_dir / "checkpoints" / ckpt.name
+    lock = run_dir / LOCK_NAME
+    lock.write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname(), "since": "2026-01-01T00:00:00"}))
+    assert refused(capsys, ["--ckpt", str(copy), "play adele"]) == (
+        f"error: {run_dir} is still running: process {os.getppid()} on {socket.gethostname()} holds it (since "
+        f"2026-01-01T00:00:00, {lock}); wait for it to end, or if that process is gone, remove the lock file\n")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    lock.write_text(json.dumps({"pid": gone.pid, "host": socket.gethostname()}))
+    assert main(["--ckpt", str(copy), "play adele"]) == 0
+    assert capsys.readouterr().out.startswith("intent: ")

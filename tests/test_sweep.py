@@ -278,6 +278,33 @@ def test_status_tells_a_seqdrift_jobs_state_by_its_files_and_lock_and_refuses_ap
         sweep_status(tmp_path / "evaluate")
 
 
+def test_a_failed_job_queued_again_in_slurm_shows_its_error_as_its_previous_attempts(tmp_path, capsys, monkeypatch):
+    """A job relaunched through Slurm and waiting there is ``queued``; the error its folder still
+    records is the attempt before's, not the queued job's: status shows it as such (``--json``:
+    ``previous_error``, ``error`` null). Slurm's answer is given here (`slurm_queue`)."""
+    sweep = tmp_path / "sweep"
+    _multirun(sweep, ["seed=0,1"])
+    error = "RuntimeError: CUDA out of memory\n(the second line of its message)"
+    _job(sweep, ["seed=0"], {"state": "failed", "error": error, "overrides": ["seed=0"]})
+    _job(sweep, ["seed=1"], {"state": "failed", "error": "optimizer.lr: must be > 0 (got -1)", "overrides": ["seed=1"]})
+    monkeypatch.setattr("robustnlu.sweep_state.slurm_queue", lambda path: {job_hash(["seed=0"]): ("1234", "PENDING")})
+    assert main(["status", str(sweep)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(": 2 jobs (its multirun.yaml's job list): 0 finished, 1 failed, 0 running, 1 queued, "
+                             "0 interrupted, 0 missing")
+    assert [line.split() for line in lines[1:]] == [
+        ["queued", f"job-{job_hash(['seed=0'])}", "seed=0"],
+        "previous attempt's error: RuntimeError: CUDA out of memory; (the second line of its message)".split(),
+        ["(Slurm", "job", "1234", "PENDING)"],
+        ["failed", f"job-{job_hash(['seed=1'])}", "seed=1"],
+        "error: optimizer.lr: must be > 0 (got -1)".split()]
+    assert main(["status", "--json", str(sweep)]) == 0
+    queued, failed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (queued["state"], queued["error"], queued["previous_error"]) == ("queued", None, error)
+    assert (failed["state"], failed["error"], failed["previous_error"]) == ("failed", "optimizer.lr: must be > 0 (got -1)",
+                                                                            None)
+
+
 def test_relaunch_runs_the_unfinished_jobs_with_the_sweeps_launcher_and_resume(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     _multirun(sweep, ["method=erm,topk", "seed=0", "resume=false"],
@@ -289,6 +316,7 @@ def test_relaunch_runs_the_unfinished_jobs_with_the_sweeps_launcher_and_resume(t
     assert relaunch(sweep, dry_run=True) == 0
     out = capsys.readouterr().out
     assert "1 running, 0 queued (left alone), 0 to run again" in out and "nothing to relaunch" in out
+    assert relaunch(sweep, dry_run=False) == 0 and not (sweep / ".relaunch").exists()  # nothing run, nothing written
     (running / LOCK_NAME).unlink()  # its process is gone
     assert relaunch(sweep, dry_run=True) == 0
     out = capsys.readouterr().out
@@ -341,6 +369,55 @@ def test_status_and_relaunch_list_the_jobs_of_every_sweep_launched_into_the_dire
     assert main(["status", str(sweep)]) == 0
     assert capsys.readouterr().out.splitlines()[0].endswith(" 4 jobs (its multirun.yaml's job list): 2 finished, "
                                                              "0 failed, 0 running, 0 queued, 0 interrupted, 2 missing")
+
+
+def test_relaunches_in_the_same_second_keep_a_record_each_and_one_held_by_another_process_is_refused(
+        tmp_path, capsys, monkeypatch):
+    """Each relaunch's job list is a file of its own even where two start in the same second (the
+    second named with a suffix, never written over the first); while another live process holds
+    the sweep's relaunch lock (it submits the jobs), a relaunch is refused in one line and submits
+    nothing. The lock is this test's parent process's here; the commands are recorded, not run."""
+    sweep = tmp_path / "sweep"
+    _multirun(sweep, ["method=erm", "seed=0,1"])
+    submitted = []
+    monkeypatch.setattr("robustnlu.sweep.subprocess.run",
+                        lambda cmd, **_: submitted.append(cmd) or subprocess.CompletedProcess(cmd, 0))
+    monkeypatch.setattr("robustnlu.sweep.time.strftime", lambda _: "2026-01-01_00-00-00")
+    records = sweep / ".relaunch"
+    lock = records / LOCK_NAME
+    records.mkdir()
+    lock.write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname(), "since": "2026-01-01T00:00:00"}))
+    assert main(["relaunch", str(sweep)]) == 2
+    out, err = capsys.readouterr()
+    assert err == (f"error: {sweep}: another relaunch of it is running: {records} is in use by process {os.getppid()} "
+                   f"on {socket.gethostname()} (since 2026-01-01T00:00:00, {lock}); wait for it to end, or if that "
+                   "process is gone, remove the lock file\n")
+    assert out == "" and submitted == [] and [p.name for p in records.iterdir()] == [LOCK_NAME]
+    lock.unlink()
+    assert relaunch(sweep, dry_run=False) == 0 and relaunch(sweep, dry_run=False) == 0
+    files = [Path(cmd[-2].removeprefix("hydra.sweeper.jobs_file=")) for cmd in submitted]
+    assert [f.name for f in files] == ["2026-01-01_00-00-00.json", "2026-01-01_00-00-00.2.json"]
+    assert sorted(p.name for p in records.iterdir()) == sorted(f.name for f in files)  # the lock released
+    for file in files:
+        assert json.loads(file.read_text()) == {"sweep": str(sweep), "jobs": [["method=erm", "seed=0"],
+                                                                               ["method=erm", "seed=1"]]}
+
+
+def test_a_replaced_record_kept_while_another_sweep_keeps_one_takes_the_next_number(tmp_path, monkeypatch):
+    """Two sweeps that start into one directory at once both find n - 1 records kept: the one that
+    writes n second takes n + 1, and the first one's record stays as it was. Here the other sweep's
+    record appears between the count of the kept records and the write."""
+    sweep = tmp_path / "sweep"
+    _multirun(sweep, ["method=erm", "seed=0,1"])
+    replaced = (sweep / "multirun.yaml").read_bytes()
+    (sweep / ".multirun").mkdir()
+    others = sweep / ".multirun" / "1.yaml"
+    others.write_text("the other sweep's record\n")
+    monkeypatch.setattr("robustnlu.sweep_jobs.earlier_records", lambda path: [])  # counted before it appeared
+    kept = keep_replaced(sweep, [["method=topk", "seed=0"]])
+    assert kept == sweep / ".multirun" / "2.yaml" and kept.read_bytes() == replaced
+    assert others.read_text() == "the other sweep's record\n"
+    assert sorted(p.name for p in (sweep / ".multirun").iterdir()) == ["1.yaml", "2.yaml"]
 
 
 @pytest.mark.parametrize("case,expected", [
