@@ -7,7 +7,8 @@ A training run's directory (Hydra's runtime output dir, `robustnlu.train`) holds
 
 - ``results.json``: the finished run's metrics and record; ``status.json``: running / finished /
   failed (with the error) / interrupted;
-- Hydra's ``.hydra/`` (``overrides.yaml``: the task overrides it was started with);
+- Hydra's ``.hydra/`` (``overrides.yaml``: the task overrides it was started with; ``hydra.yaml``:
+  Hydra's settings, robustnlu's callbacks among them);
 - a sweep's job that failed: ``status.json`` says failed with the error line and the job's
   overrides (a job refused for a bad value leaves this record and nothing else), and a failure
   that is not a user error keeps its traceback in ``traceback.txt`` (`robustnlu.cli.run_or_exit`);
@@ -49,6 +50,8 @@ TRACEBACK = "traceback.txt"
 WANDB = "wandb.json"
 #: Hydra's record of the task overrides a run or job was started with
 HYDRA_OVERRIDES = Path(".hydra") / "overrides.yaml"
+#: Hydra's record of its own settings for the run (the app's callbacks among them)
+HYDRA_SETTINGS = Path(".hydra") / "hydra.yaml"
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
 #: sub-directories of a run directory that never hold runs (not walked)
 RUN_SUBDIRS = frozenset({"checkpoints", "predictions", "csv", "wandb", ".hydra"})
