@@ -210,11 +210,10 @@ def group_value_problem(err: ValueError, overrides: list[str], config_name: str)
                  for value in override.sweep_string_iterator()]
                 if override.is_choice_sweep() or override.is_range_sweep() else [override])
         for job in jobs:
-            value = job.value()
-            if job.is_sweep_override() or job.is_force_add():
+            if job.is_sweep_override() or job.is_force_add():  # an Optuna interval, a glob: values no job has yet
                 continue
-            if (value is not None and not isinstance(value, str) if job.is_delete()
-                    else not isinstance(value, (str, list, dict))):
+            value = job.value()
+            if not (isinstance(value, str) or (value is None if job.is_delete() else isinstance(value, (list, dict)))):
                 refused.append(job)
     if not refused:
         return None
