@@ -190,16 +190,40 @@ def hydra_message(err: CompactHydraException | yaml.YAMLError | UnicodeDecodeErr
     return "; ".join(parts)
 
 
-def group_value_problem(err: ValueError) -> str | None:
+def group_value_problem(err: ValueError, overrides: list[str], config_name: str) -> str | None:
     """Hydra's ValueError for a config group given a value that is not an option's name
-    (``method=null``, ``method=1``: raised from its defaults list, a traceback otherwise), on one
-    line naming the override; None for any other ValueError."""
-    frames = [frame for frame, _ in traceback.walk_tb(err.__traceback__)]
-    if not frames or not frames[-1].f_code.co_filename.endswith(os.path.join("hydra", "_internal", "defaults_list.py")):
+    (``method=null``, ``method=1``: raised as Hydra builds the defaults list, a traceback
+    otherwise), on one line naming the override; None for any other ValueError. The override is
+    found from what Hydra makes public: the command line (``overrides``, a sweep's choices and
+    ranges as its jobs' overrides) read by Hydra's parser, a value Hydra refuses for a group (not a
+    name, list or dict; to delete: not a name), of a group on the config search path (the app's
+    configs and ``hydra.searchpath``, as Hydra's config loader lists them)."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.object_type import ObjectType
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    refused = []
+    for override in parser.parse_overrides(overrides):
+        jobs = ([parser.parse_override(f"{override.get_key_element()}={value}")
+                 for value in override.sweep_string_iterator()]
+                if override.is_choice_sweep() or override.is_range_sweep() else [override])
+        for job in jobs:
+            if job.is_sweep_override() or job.is_force_add():  # an Optuna interval, a glob: values no job has yet
+                continue
+            value = job.value()
+            if not (isinstance(value, str) or (value is None if job.is_delete() else isinstance(value, (list, dict)))):
+                refused.append(job)
+    if not refused:
         return None
-    override = frames[-1].f_locals.get("override")
-    line = getattr(override, "input_line", None)
-    return f"{line}: {err}; a config group takes the name of one of its options" if line else None
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        for job in refused:
+            parent, _, name = job.key_or_group.rpartition("/")
+            if name in loader.get_group_options(parent, ObjectType.GROUP, config_name, overrides):
+                return f"{job.input_line}: {err}; a config group takes the name of one of its options"
+    return None
 
 
 def program() -> str:
@@ -282,7 +306,7 @@ def hydra_app(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Calla
                     raise
                 sys.exit(report(cause))
             except ValueError as err:  # after InterpolationResolutionError, a ValueError too
-                problem = group_value_problem(err)
+                problem = group_value_problem(err, args.overrides, args.config_name or config_name)
                 if problem is None:
                     raise
                 sys.exit(report(ConfigError(problem)))

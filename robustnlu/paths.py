@@ -51,8 +51,8 @@ PROJECT_DIR = REPO_ROOT if CONF_DIR == REPO_ROOT / "conf" else Path()
 
 def register_resolver() -> None:
     """``${shipped_data_dir:}``, the default of ``paths.data_dir``, and
-    ``${added_options:${hydra.searchpath}}``, the apps' --help on the user's config folders
-    (`added_options_help`) (idempotent)."""
+    ``${added_options:${hydra.searchpath},[<group>,...]}``, the apps' --help on the user's config
+    folders (`added_options_help`) (idempotent)."""
     if not OmegaConf.has_resolver("shipped_data_dir"):
         OmegaConf.register_new_resolver("shipped_data_dir", lambda: str(DATA_DIR))
     if not OmegaConf.has_resolver("added_options"):
@@ -95,11 +95,12 @@ def check_search_path(searchpath: list[str], config_name: str, choices: Mapping[
                                   "and is read instead; give yours a name of its own")
 
 
-def added_options(searchpath: Sequence[str]) -> dict[str, list[str]]:
+def added_options(searchpath: Sequence[str], groups: Sequence[str]) -> dict[str, list[str]]:
     """The config options the user's config folders (``hydra.searchpath``, read as Hydra reads
-    them: ``file://``, ``pkg://``) add, by group (``method``, ``hydra/launcher``), sorted: their
-    option files but those with the name of one robustnlu ships (passed over, `check_search_path`).
-    A folder that is not there adds none."""
+    them: ``file://``, ``pkg://``) add to ``groups`` (an app's groups, ``method``,
+    ``hydra/launcher``) and their sub-groups, by group, sorted: their option files but those with
+    the name of one robustnlu ships (passed over, `check_search_path`). A folder that is not there
+    adds none."""
     from hydra._internal.config_repository import ConfigRepository
     from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
     from hydra.core.object_type import ObjectType
@@ -111,23 +112,24 @@ def added_options(searchpath: Sequence[str]) -> dict[str, list[str]]:
         search_path.append("hydra.searchpath", str(entry))
     repository = ConfigRepository(config_search_path=search_path)
     added: dict[str, list[str]] = {}
-    groups = list(repository.get_group_options("", ObjectType.GROUP))
-    while groups:
-        group = groups.pop()
-        groups += [f"{group}/{sub}" for sub in repository.get_group_options(group, ObjectType.GROUP)]
+    found = list(repository.get_group_options("", ObjectType.GROUP))
+    while found:
+        group = found.pop()
+        found += [f"{group}/{sub}" for sub in repository.get_group_options(group, ObjectType.GROUP)]
         options = [o for o in repository.get_group_options(group, ObjectType.CONFIG)
                    if not (CONF_DIR / group / f"{o}.yaml").is_file()]
-        if options:
+        if options and any(group == g or group.startswith(f"{g}/") for g in groups):
             added[group] = sorted(options)
     return dict(sorted(added.items()))
 
 
-def added_options_help(searchpath: Sequence[str]) -> str:
-    """``${added_options:${hydra.searchpath}}`` in the apps' --help (conf/hydra/help/): the
-    `added_options` as rows below the shipped groups' table, in its columns; "" where the user's
-    folders add none. Hydra fills the help with string.Template afterwards: a dollar sign doubled."""
+def added_options_help(searchpath: Sequence[str], groups: Sequence[str]) -> str:
+    """``${added_options:${hydra.searchpath},[<group>,...]}`` in an app's --help
+    (conf/hydra/help/), ``groups`` those of its table of groups: the `added_options` to them as
+    rows below that table, in its columns; "" where the user's folders add none. Hydra fills the
+    help with string.Template afterwards: a dollar sign doubled."""
     rows = [textwrap.fill(", ".join(options), width=100, initial_indent=f"  {group:<28}", subsequent_indent=" " * 30)
-            for group, options in added_options(list(searchpath or [])).items()]
+            for group, options in added_options(list(searchpath or []), list(groups)).items()]
     if not rows:
         return ""
     return "\n\nAdded by your config folders (hydra.searchpath):\n" + "\n".join(rows).replace("$", "$$")

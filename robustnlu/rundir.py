@@ -8,7 +8,7 @@ A training run's directory (Hydra's runtime output dir, `robustnlu.train`) holds
 - ``results.json``: the finished run's metrics and record; ``status.json``: running / finished /
   failed (with the error) / interrupted;
 - Hydra's ``.hydra/`` (``overrides.yaml``: the task overrides it was started with; ``config.yaml``:
-  the config as composed);
+  the config as composed; ``hydra.yaml``: Hydra's settings, robustnlu's callbacks among them);
 - a sweep's job that failed: ``status.json`` says failed with the error line and the job's
   overrides (a job refused for a bad value leaves this record and nothing else), and a failure
   that is not a user error keeps its traceback in ``traceback.txt`` (`robustnlu.cli.run_or_exit`);
@@ -52,6 +52,8 @@ WANDB = "wandb.json"
 HYDRA_OVERRIDES = Path(".hydra") / "overrides.yaml"
 #: Hydra's record of the config as composed (interpolations unresolved), written as a job starts
 HYDRA_CONFIG = Path(".hydra") / "config.yaml"
+#: Hydra's record of its own settings for the run (the app's callbacks among them)
+HYDRA_SETTINGS = Path(".hydra") / "hydra.yaml"
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
 #: sub-directories of a run directory that never hold runs (not walked)
 RUN_SUBDIRS = frozenset({"checkpoints", "predictions", "csv", "wandb", ".hydra"})

@@ -15,13 +15,14 @@ the invocation without destroying anything it did not make (`undo`):
   robustnlu write at a job's start (`OWN_ENTRIES`).
 
 For training, the claim is exclusive (`exclusive=True`): an existing folder with files that is not
-a robustnlu run is refused (one line, nothing written), and the run takes the lock file
-`run.lock` (pid and host; `robustnlu.runlock`): a second process into the same folder is refused
-with a line naming the holder; a lock left by a dead process on this host is taken over. The
-SeqDrift app takes the same lock without the refusal (`lock=True`: its job writes its split into
-its folder again when launched again), so that ``python -m robustnlu.sweep status`` tells its
-running jobs from those whose process is gone. The lock is released when the invocation ends,
-however it ends: a finished folder holds no ``run.lock``.
+a robustnlu run is refused (one line, nothing written), among them a folder that holds another
+Hydra app's ``.hydra/`` record (`another_apps_record`), which Hydra would write over; and the run
+takes the lock file `run.lock` (pid and host; `robustnlu.runlock`): a second process into the same
+folder is refused with a line naming the holder; a lock left by a dead process on this host is
+taken over. The SeqDrift app takes the same lock without the refusal (`lock=True`: its job writes
+its split into its folder again when launched again), so that ``python -m robustnlu.sweep status``
+tells its running jobs from those whose process is gone. The lock is released when the invocation
+ends, however it ends: a finished folder holds no ``run.lock``.
 """
 
 from __future__ import annotations
@@ -33,22 +34,46 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from robustnlu.errors import ConfigError, exit_with_error
-from robustnlu.rundir import RunDir
+from robustnlu.rundir import HYDRA_SETTINGS, RunDir
 from robustnlu.runlock import LOCK_NAME, acquire, release
 from robustnlu.sweep_jobs import MULTIRUN_FILE
 
 #: what Hydra (its ``.hydra/`` record, its ``<job name>.log``) and robustnlu (the lock) write into a
 #: run directory before the run itself writes anything: a folder holding only these counts as empty
+#: (a ``.hydra/`` that another Hydra app wrote does not: `another_apps_record`)
 OWN_ENTRIES = (".hydra", LOCK_NAME)
 
 
 def own_entry(name: str) -> bool:
     """`OWN_ENTRIES`, Hydra's logs, and the ``.pl_hydra_rank_<n>`` records of Lightning's DDP processes."""
     return name in OWN_ENTRIES or name.endswith(".log") or name.startswith(".pl_hydra")
+
+
+def another_apps_record(path: Path) -> bool:
+    """Whether ``path/.hydra`` is another Hydra app's record (``hydra.run.dir`` pointed at another
+    tool's output), which Hydra would write over, rather than one of a robustnlu app: those name
+    `RunDirOwnership` as their run directory's owner (``hydra.callbacks.run_dir._target_`` in
+    ``.hydra/hydra.yaml``). A ``.hydra`` that is not a folder, or holds files but no such
+    ``hydra.yaml`` (none, one that does not parse, another owner), is another app's; an empty
+    one is nobody's."""
+    record = path / ".hydra"
+    if not record.exists():
+        return False
+    if not record.is_dir():
+        return True
+    if not any(record.iterdir()):
+        return False
+    try:
+        settings = yaml.safe_load((path / HYDRA_SETTINGS).read_text(encoding="utf-8"))
+        owner = settings["hydra"]["callbacks"]["run_dir"]["_target_"]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
+        return True
+    return owner != f"{RunDirOwnership.__module__}.{RunDirOwnership.__qualname__}"
 
 
 @dataclass
@@ -143,7 +168,9 @@ def claim(path: str | Path, exclusive: bool, before_creation: bool, lock: bool =
     created here; else it exists already and its history is unknown (a sweep's job). ``lock``:
     take its ``run.lock`` (``exclusive`` takes it too). Raises `ConfigError`, with nothing
     created, for a folder that cannot be created, with ``exclusive`` for a non-empty folder that
-    is not a robustnlu run, and with either for a folder another process holds."""
+    is not a robustnlu run (a single run's folder holding another Hydra app's ``.hydra/`` among
+    them: `another_apps_record`; a sweep's job finds the record its own Hydra just wrote), and
+    with either for a folder another process holds."""
     path = key(path)
     if path in CLAIMS:
         return CLAIMS[path]
@@ -154,6 +181,8 @@ def claim(path: str | Path, exclusive: bool, before_creation: bool, lock: bool =
     found = Claim(path, path.is_dir() if before_creation else None)
     names = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
     foreign = [n for n in names if not own_entry(n)]
+    if exclusive and before_creation and another_apps_record(path):
+        foreign.insert(0, ".hydra/ of another Hydra app")
     if exclusive and foreign and not RunDir(path).is_run():
         raise ConfigError(f"hydra.run.dir: {path} holds files ({first_few(foreign)}) and is not a robustnlu run "
                           "directory; a run needs a new or empty folder, or its own run directory with resume=true")

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from hydra import compose, initialize_config_dir
+
 from integration_helpers import CONF, FAST, SMALL_DRIFT, jsonl_overrides, run_cli, write_snips_sample_jsonl
-from robustnlu.cli import compose_run_config
+from robustnlu.cli import compose_run_config, group_value_problem
 from robustnlu.config_schema import check_config, schema
 from robustnlu.config_spec import MISSING, Interval, Node, Rule, Seq, choice, integer, number, text
 from robustnlu.errors import ConfigError
@@ -75,6 +77,27 @@ def test_a_bad_config_value_is_one_line_exit_2_and_nothing_on_disk(tmp_path, cas
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert error_lines(proc.stderr) == [expected]
     assert files_under(tmp_path) == []  # no run dir, no Hydra log, no split cache (outputs/cache)
+
+
+@pytest.mark.parametrize("command_line, job, failing", [
+    (["seed=1", "hparams_search=null"], None, "hparams_search=null"),
+    (["hydra/launcher=1"], None, "hydra/launcher=1"),
+    (["~optimizer=1"], None, "~optimizer=1"),
+    (["seed=0,1", "optimizer=adamw,null"], ["seed=1", "optimizer=null"], "optimizer=null"),  # a sweep's job
+    (["hydra.searchpath=[file://{mine}]", "scorer=null"], None, "scorer=null"),  # a group of the user's folder
+])
+def test_a_group_given_no_options_name_is_found_on_the_command_line(tmp_path, command_line, job, failing):
+    """In-process, on Hydra's ValueError without its traceback: the override is found from the
+    command line and the groups on the config search path, not from Hydra's frames."""
+    (tmp_path / "mine" / "scorer").mkdir(parents=True)
+    (tmp_path / "mine" / "scorer" / "plain.yaml").write_text("{}\n")
+    command_line = [o.format(mine=tmp_path / "mine") for o in command_line]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"), pytest.raises(ValueError) as caught:
+        compose(config_name="config", overrides=job or command_line)
+    err = caught.value.with_traceback(None)
+    assert group_value_problem(err, command_line, "config") == \
+        f"{failing}: {err}; a config group takes the name of one of its options"
+    assert group_value_problem(err, ["seed=null", "optimizer=adamw", "+scorer=null"], "config") is None  # no group's
 
 
 @pytest.mark.parametrize("text, problem", [

@@ -322,3 +322,26 @@ def test_help_lists_the_options_the_users_config_folders_add(tmp_path):
     assert lines[start - 2].startswith("  hydra/launcher=basic ")  # below the shipped groups' table
     assert lines[start + 1:start + 4] == [f"  {'groups/sub':<28}by_length", f"  {'method':<28}batch_cvar", ""]
     assert "Added by your config folders" not in help_text(TRAINING)
+
+
+@pytest.mark.parametrize("module", sorted(APPS))
+def test_help_lists_only_the_options_the_users_folders_add_to_this_apps_groups(module, tmp_path):
+    """A user's folder with an option in every group robustnlu has (and a sub-group of each): an
+    app's --help (its template as Hydra resolves it, in-process) lists those of the groups of its
+    table and their sub-groups, and no group another app uses (the user's methods are no option of
+    robustnlu.seqdrift)."""
+    mine = tmp_path / "mine"
+    groups = sorted({p.parent.relative_to(CONF).as_posix() for p in CONF.rglob("*/*.yaml")})
+    for group in groups:
+        for folder in (mine / group, mine / group / "sub"):
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "mine_option.yaml").write_text("{}\n")
+    template = composed(APPS[module].config, [f"hydra.searchpath=[file://{mine}]"]).hydra.help.template
+    lines = template.splitlines()
+    start = lines.index("Added by your config folders (hydra.searchpath):") + 1
+    end = lines.index("", start)
+    listed = [line.split() for line in lines[start:end]]
+    own = {row.group.split("@")[0] for row in group_rows(module)}
+    expected = sorted(name for group in groups if group in own for name in (group, f"{group}/sub"))
+    assert listed == [[name, "mine_option"] for name in expected]
+    assert (module == TRAINING) == ("method" in own)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from integration_helpers import FAST, cli_env, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from integration_helpers import FAST, another_hydra_apps_output, cli_env, jsonl_overrides, run_cli, write_snips_sample_jsonl
 
 
 def snapshot(folder):
@@ -103,6 +103,16 @@ def test_a_new_run_into_a_folder_that_is_not_a_run_is_refused_before_anything_is
     assert line == (f"error: hydra.run.dir: {docs} holds files (a.txt) and is not a robustnlu run directory; a run "
                     "needs a new or empty folder, or its own run directory with resume=true")
     assert snapshot(docs) == before
+
+
+def test_a_new_run_into_another_hydra_apps_output_is_refused_and_changes_nothing(sample, tmp_path):
+    # Hydra would write the run's .hydra/ over the other app's record of its run
+    other = another_hydra_apps_output(tmp_path / "other")
+    before = snapshot(other)
+    line = one_error(run_cli(small(sample, tmp_path, other), cwd=tmp_path))
+    assert line == (f"error: hydra.run.dir: {other} holds files (.hydra/ of another Hydra app) and is not a robustnlu "
+                    "run directory; a run needs a new or empty folder, or its own run directory with resume=true")
+    assert snapshot(other) == before
 
 
 @pytest.mark.parametrize(("earlier", "held"), [

@@ -13,8 +13,11 @@ import time
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 from pytorch_lightning.callbacks import ModelCheckpoint
 
+from integration_helpers import CONF, another_hydra_apps_output, file_bytes
 from robustnlu.errors import ConfigError
 from robustnlu.resume import RelocatableModelCheckpoint
 from robustnlu.rundir_claim import CLAIMS, claim, undo, unclaim
@@ -99,6 +102,32 @@ def test_a_folder_with_files_that_is_not_a_run_is_refused_and_left_as_it_was(tmp
         claim(docs, exclusive=True, before_creation=True)
     assert sorted(p.name for p in docs.iterdir()) == [f"f{i}" for i in range(5)]
     claim(docs, exclusive=False, before_creation=True)  # the other apps may write beside files
+
+
+def test_a_folder_holding_another_hydra_apps_record_is_refused_and_one_of_robustnlus_is_not(tmp_path):
+    """``hydra.run.dir`` pointed at another tool's Hydra output: its ``.hydra/`` is no file of
+    robustnlu's that a run may write over. Robustnlu's apps' records (Hydra's settings as Hydra
+    saves them, composed here) and an empty ``.hydra/`` count as empty, as before."""
+    other = another_hydra_apps_output(tmp_path / "other")
+    before = file_bytes(other)
+    assert sorted(before) == [".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "other_app.log"]
+    with pytest.raises(ConfigError, match=r"holds files \(\.hydra/ of another Hydra app\) and is not a robustnlu run"):
+        claim(other, exclusive=True, before_creation=True)
+    assert file_bytes(other) == before
+    claim(other, exclusive=False, before_creation=True)  # the other apps may write beside files
+    for config in ("config", "seqdrift"):
+        ours = tmp_path / config
+        (ours / ".hydra").mkdir(parents=True)
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            settings = compose(config_name=config, return_hydra_config=True).hydra
+        (ours / ".hydra" / "hydra.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create({"hydra": settings})))
+        claim(ours, exclusive=True, before_creation=True)
+    (tmp_path / "empty" / ".hydra").mkdir(parents=True)
+    claim(tmp_path / "empty", exclusive=True, before_creation=True)
+    (tmp_path / "cut" / ".hydra").mkdir(parents=True)
+    (tmp_path / "cut" / ".hydra" / "config.yaml").write_text("lr: 0.1\n")  # no hydra.yaml: whose it is is unknown
+    with pytest.raises(ConfigError, match=r"\(\.hydra/ of another Hydra app\)"):
+        claim(tmp_path / "cut", exclusive=True, before_creation=True)
 
 
 def test_a_lock_alone_accepts_a_folder_of_files_but_not_one_another_live_process_holds(tmp_path):
