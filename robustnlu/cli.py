@@ -333,6 +333,11 @@ def compose_run_config(overrides: list[str], config_name: str = "config") -> Dic
         if found is not None:
             raise found from None
         raise ConfigError(hydra_message(err)) from err
+    except ValueError as err:  # a config group given no option's name (``method=null``)
+        problem = group_value_problem(err, overrides, config_name)
+        if problem is None:
+            raise
+        raise ConfigError(problem) from None
     with open_dict(cfg):  # what the multirun's jobs will see as ${hydra:runtime.output_dir}
         cfg.hydra.runtime.output_dir = cfg.hydra.sweep.dir
     hydra_config = HydraConfig.instance()

@@ -100,6 +100,15 @@ def test_a_group_given_no_options_name_is_found_on_the_command_line(tmp_path, co
     assert group_value_problem(err, ["seed=null", "optimizer=adamw", "+scorer=null"], "config") is None  # no group's
 
 
+def test_the_drivers_composing_the_config_name_a_group_given_no_options_name():
+    """robustnlu.hpo and robustnlu.efficiency compose the config themselves (`compose_run_config`):
+    the same one line as training, not Hydra's ValueError."""
+    with pytest.raises(ConfigError) as err:
+        compose_run_config(["method=null"])
+    assert str(err.value) == ("method=null: Config group override must be a string or a list. Got NoneType; "
+                              "a config group takes the name of one of its options")
+
+
 @pytest.mark.parametrize("text, problem", [
     (b"name: mine\n\tk: 1\n", "mine.yaml:3: not valid YAML: found character '\\t' that cannot start any token"),
     (b"name: mine # \xe9t\xe9 (Latin-1)\n", "mine.yaml: not valid UTF-8: invalid continuation byte at byte 48"),  # 35 + 13
