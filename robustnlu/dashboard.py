@@ -9,16 +9,17 @@ a sweep can be filtered, pivoted and compared by the study's axes.
   split's key and clustering checksum (``split.key``, ``split.clustering_sha256``) and the
   parameter counts (``model/params/{total,trainable,non_trainable,objective}``). It holds the
   config only: tokens and keys live in the environment, never in it.
-- `log_results`, at the end, to W&B: the summary (the final metrics under ``final``, the split
-  sizes and statistics, and the robustness measures ``drop/<m>`` and
+- `log_results`, at the end, to W&B: the summary (the best checkpoint's metrics under ``final``
+  and as ``valid/<m>`` and ``test/<m>``, the runs table's columns; the split sizes and statistics, and the robustness measures ``drop/<m>`` and
   ``<split>/worst_group_min10/<m>`` of `robustnlu.metrics.registry.run_measures`) and two kinds
   of tables: ``clusters/<split>``, one row per SeqDrift cluster of valid and of test (id, size,
   whether it is a drift cluster, intent acc, slot F1, COMBINED), and ``errors/test``, the test
   utterances with a wrong intent or tag (at most `ERROR_ROWS`, in uid order).
 
-The history holds what changes during training: the losses and validation metrics
-(`robustnlu.module.SLUModule`; a split's example count ``n`` and worst cluster's id are no
-curves, `robustnlu.module.NOT_CURVES`: the summary's ``final`` holds them), the objective's state
+The history holds what changes during training: the losses and validation metrics, one point
+per epoch at that epoch (`robustnlu.module.SLUModule`; the best checkpoint's evaluation after
+training is in the summary only, not a point past the last epoch; a split's example count ``n``
+and worst cluster's id are no curves, `robustnlu.module.NOT_CURVES`), the objective's state
 (``objective/*``, `robustnlu.robust.base.RobustObjective.logged_state`) and the learning rate
 (``callbacks.lr_monitor``). With ``logger.wandb.log_model=true`` Lightning's logger adds the best
 checkpoint as an artifact at the end of training (conf/logger/wandb.yaml says what it costs). The
@@ -36,6 +37,7 @@ from pytorch_lightning.loggers import WandbLogger
 
 from robustnlu.data.bio import slot_spans
 from robustnlu.metrics.registry import cluster_metrics
+from robustnlu.module import logged_metrics
 from robustnlu.seqdrift.split import DriftSplit
 from robustnlu.sweep_jobs import flatten
 
@@ -85,9 +87,10 @@ def log_results(trainer: pl.Trainer, results: dict[str, Any], predictions: list[
     loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
     if not loggers or not trainer.is_global_zero:
         return
-    summary = {"final": {split: {k: v for k, v in results["metrics"][split].items() if not k.startswith("group/")}
-                         for split in ("valid", "test")},
-               "sizes": results["sizes"], "drift": results["drift"], **results["measures"]}
+    final = {split: {k: v for k, v in results["metrics"][split].items() if not k.startswith("group/")}
+             for split in ("valid", "test")}
+    curves = {k: v for split in ("valid", "test") for k, v in logged_metrics(split, results["metrics"][split]).items()}
+    summary = {"final": final, **curves, "sizes": results["sizes"], "drift": results["drift"], **results["measures"]}
     drift_clusters = {a.cluster for a in drift_split.assignments.values() if a.in_drift}
     tables = {f"clusters/{split}": (["cluster", "size", "drift", *CLUSTER_COLUMNS],
                                     cluster_rows(results["metrics"][split], drift_clusters))

@@ -58,6 +58,12 @@ NOT_CURVES = ("n", WORST_GROUP_ID)
 STEP_LOSS = "train/loss_step"
 
 
+def logged_metrics(split: str, metrics: dict[str, Any]) -> dict[str, Any]:
+    """A split's evaluation metrics as the loggers get them, ``<split>/<metric>``: neither the
+    per-cluster ones (``group/``) nor `NOT_CURVES`."""
+    return {f"{split}/{k}": v for k, v in metrics.items() if not k.startswith("group/") and k not in NOT_CURVES}
+
+
 def _targets(node: Any, key: str) -> Iterator[tuple[str, Any]]:
     """(key, dotted path) of each ``_target_`` in a stored config node: a method's, its parts'."""
     if isinstance(node, dict):
@@ -350,13 +356,16 @@ class SLUModule(pl.LightningModule):
     def _eval_epoch_end(self, split: str) -> None:
         metrics = self.metrics.compute()
         self.metrics.reset()
-        headline = {f"{split}/{k}": v for k, v in metrics.items() if not k.startswith("group/") and k not in NOT_CURVES}
+        headline = logged_metrics(split, metrics)
         if split == "valid" and self.selection_rows:
             rows = torch.cat(self.selection_rows).cpu()
             rows = rows[rows[:, 0].argsort()]  # dataset order: the same example in the same column every time
             self.selection_rows = []
             headline.update({f"valid/{k}": v for k, v in self.selection.update(rows[:, 1], rows[:, 2], rows[:, 3]).items()})
-        self.log_dict(headline, batch_size=1, sync_dist=True)  # the same on every process (each evaluates the whole split)
+        # the same on every process (each evaluates the whole split); to the loggers while fitting only:
+        # the best checkpoint's evaluation after training is no point of a curve (it would sit one
+        # epoch past the last), its metrics are results.json's and the W&B summary's (robustnlu.dashboard)
+        self.log_dict(headline, batch_size=1, sync_dist=True, logger=self.trainer.state.fn == "fit")
         self.evaluations[split] = {"metrics": metrics, "predictions": sorted(self.prediction_rows, key=lambda r: r["uid"])}
         self.prediction_rows = []
 

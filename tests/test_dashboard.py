@@ -171,9 +171,31 @@ def test_the_example_counts_are_in_the_summary_and_no_curve(study):
         curves = {k for h in history(records) for k in h}
         with open(job.metrics_csv, newline="") as handle:
             columns = set(next(csv.reader(handle)))
-        for logged_keys in (curves, columns):
-            assert {"valid/combined", "test/combined"} <= logged_keys
+        for logged_keys in (curves, columns, set(logged)):
+            assert "valid/combined" in logged_keys
             assert not {"valid/n", "test/n"} & logged_keys
+
+
+def test_the_curves_have_one_valid_point_per_epoch_and_the_best_checkpoint_is_the_summary(study):
+    """The valid curve (W&B history and csv/metrics.csv) has one point per trained epoch, at epochs
+    0 .. EPOCHS - 1: the best checkpoint's evaluation after training is no point one epoch past the
+    last. Its valid point is the curve's at its own epoch, and its valid and test metrics
+    (results.json) are the summary's ``valid/*`` and ``test/*``, the runs table's columns."""
+    for job in jobs(study):
+        _, records = record_of(study, job)
+        results = job.results()
+        points = [(h["epoch"], h["valid/combined"]) for h in history(records) if "valid/combined" in h]
+        assert [epoch for epoch, _ in points] == list(range(EPOCHS))
+        assert not any("test/combined" in h for h in history(records))
+        with open(job.metrics_csv, newline="") as handle:
+            rows = [r for r in csv.DictReader(handle) if r.get("valid/combined")]
+        assert [int(r["epoch"]) for r in rows] == list(range(EPOCHS))
+        best = int(Path(results["best_checkpoint"]).stem.removeprefix("best-epoch"))
+        assert points[best][1] == pytest.approx(results["metrics"]["valid"]["combined"], rel=1e-6)
+        logged = summary(records)
+        for split in ("valid", "test"):
+            for key in ("intent_acc", "slot_f1", "combined"):
+                assert logged[f"{split}/{key}"] == pytest.approx(results["metrics"][split][key], rel=1e-6)
 
 
 def drift_clusters(study, job: RunDir) -> set[int]:

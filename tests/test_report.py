@@ -25,7 +25,7 @@ import yaml  # noqa: E402
 from integration_helpers import (  # noqa: E402
     FAST, SMALL_DRIFT, compose_config, file_bytes, jsonl_overrides, run_cli, write_snips_sample_jsonl)
 from robustnlu.analysis import figures, statistics, study as st  # noqa: E402
-from robustnlu.analysis.study_tables import counts_table, scenario_table  # noqa: E402
+from robustnlu.analysis.study_tables import counts_table, relative_change_table, scenario_table  # noqa: E402
 from robustnlu.analysis.runs import Run, StudyError  # noqa: E402
 from robustnlu.analysis.significance import (  # noqa: E402
     SignificanceResult,
@@ -36,6 +36,7 @@ from robustnlu.metrics.registry import TESTED, relative_change  # noqa: E402
 from robustnlu.plotting import png  # noqa: E402
 from robustnlu.report import incomplete_group, main  # noqa: E402
 from robustnlu.rundir import RunDir  # noqa: E402
+from robustnlu.scenario import Scenario  # noqa: E402
 from robustnlu.train import run  # noqa: E402
 from test_cli import read_wandb_records  # noqa: E402
 from test_sweep import _multirun  # noqa: E402
@@ -122,8 +123,8 @@ def test_counts_without_a_method_tested_against_erm_say_so_without_warnings():
         png(counts)
     assert [[t.get_text() for t in ax.texts] for ax in counts.axes] == [["no method tested against ERM"]] * 3
     md, csv_text = counts_table([])
-    assert (md, csv_text.splitlines()) == ("No method was tested against ERM.\n",
-                                           ["method,group,value,scenarios,better,worse,same"])
+    assert (md, csv_text.splitlines()) == ("No method was tested against ERM.\n", [
+        "method,metric,group,value,scenarios_tested,sig_better_than_erm,sig_worse_than_erm,same_as_erm"])
 
 
 def test_a_report_at_another_cluster_floor_names_it_in_its_csv_columns(sweep):
@@ -158,11 +159,15 @@ def test_tables_hold_one_row_per_scenario_and_method(report, sweep):
         assert float(rel[(v, "topk")]["family_wise_error"]) == pytest.approx(family_wise_error(0.05, 2), abs=1e-3)
     counts = read_csv(report / "significance_counts.csv")
     by_group = {(r["group"], r["value"]): r for r in counts}
-    assert {r["method"] for r in counts} == {"topk"}
-    assert by_group[("all", "all")]["scenarios"] == "2"
-    assert by_group[("validation", "iid")]["scenarios"] == by_group[("validation", "ood")]["scenarios"] == "1"
+    assert {(r["method"], r["metric"]) for r in counts} == {("topk", "combined")}
+    assert by_group[("all", "all")]["scenarios_tested"] == "2"
+    assert by_group[("validation", "iid")]["scenarios_tested"] == by_group[("validation", "ood")]["scenarios_tested"] == "1"
     for r in counts:
-        assert int(r["better"]) + int(r["worse"]) + int(r["same"]) == int(r["scenarios"])
+        assert (int(r["sig_better_than_erm"]) + int(r["sig_worse_than_erm"]) + int(r["same_as_erm"])
+                == int(r["scenarios_tested"]))
+    header = next(line for line in (report / "significance_counts.md").read_text().splitlines() if line.startswith("|"))
+    assert header.startswith("| method | all scenarios | dataset = jsonl | drift = slot_context | amount = full |")
+    assert header.endswith("| validation = iid | validation = ood |")
 
 
 @pytest.mark.parametrize("validation", VALIDATIONS)
@@ -384,6 +389,89 @@ def test_a_significant_gain_over_an_erm_mean_of_0_is_better_not_same(monkeypatch
              if c.method == "m")
     assert math.isnan(m.changes["slot_f1"])
     assert (m.verdicts["slot_f1"].decision, m.verdicts["slot_f1"].n_better) == ("better", 1)
+
+
+SCENARIO = Scenario.of("snips", "slot_value", False, "iid")
+
+
+def compared(monkeypatch, runs):
+    """The comparisons of fake runs of `SCENARIO` (method → runs) whose every paired test finds no
+    difference (p = 1; the fake runs have no predictions)."""
+    monkeypatch.setattr(statistics, "paired_counts", lambda a, b: None)
+    monkeypatch.setattr(statistics, "approximate_randomization", lambda counts, _, metric, *a: result(0.0, 1.0, metric))
+    stats = statistics.scenario_stats({SCENARIO: runs})
+    return stats, statistics.compare_to_baseline(stats, rounds=10)
+
+
+def md_cells(md, method):
+    """The header and ``method``'s row of a Markdown table, as {column: cell}."""
+    lines = [line for line in md.splitlines() if line.startswith("|")]
+    split = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    return dict(zip(split[0], next(row for row in split[2:] if method in row), strict=True))
+
+
+@pytest.mark.parametrize("erm_seeds, bound, shown", [
+    ((1, 2, 3), "1-(1-alpha)^k", "0.143"),  # three ERM models: 1 − 0.95³ = 0.142625
+    ((1,), "min(1,k*alpha)", "0.150 (union bound: tests share an ERM model)"),  # m2, m3 ~ e1 too: 3 · 0.05
+])
+def test_tests_that_share_an_erm_model_get_the_union_bound(monkeypatch, erm_seeds, bound, shown):
+    """Three models of a method; with one ERM model (seed 1) all three are tested against it, so the
+    three tests are not independent and 1 − (1 − alpha)^k is no bound of their family-wise error;
+    the union bound k · alpha is, for any dependence."""
+    erm = [fake_run(f"e{s}", "erm", s, {"combined": 0.5}) for s in erm_seeds]
+    stats, comparisons = compared(monkeypatch, {"erm": erm, "m": [fake_run(f"m{s}", "m", s, {"combined": 0.6})
+                                                                   for s in (1, 2, 3)]})
+    m = next(c for c in comparisons if c.method == "m")
+    assert m.k == 3 and [p.baseline.seed for p in m.pairs] == ([1, 2, 3] if len(erm) == 3 else [1, 1, 1])
+    md, csv_text = relative_change_table(comparisons, stats, 0.05)
+    assert md_cells(md, "m")["family-wise error"] == shown
+    row = next(r for r in csv.DictReader(csv_text.splitlines()) if r["method"] == "m")
+    assert (row["family_wise_error"], row["family_wise_error_bound"]) == (shown[:5], bound)
+    text = st._report_md(st.Study([], [], [], stats, comparisons, [], 0.05, 10, 0, "any"), "", "", "")
+    assert f"k = 3: {shown[:5]}" in text
+    if len(erm) == 1:
+        assert "k = 3: 0.143" not in text and "union (Bonferroni) bound min(1, k · alpha)" in text
+        assert m.family_wise_error(0.4) == 1.0  # 3 · 0.4, capped
+    else:
+        assert m.family_wise_error(0.4) == pytest.approx(1 - 0.6 ** 3)  # 0.784
+
+
+def test_family_wise_error_bounds():
+    assert family_wise_error(0.05, 3) == pytest.approx(0.142625)
+    assert family_wise_error(0.05, 3, independent=False) == pytest.approx(0.15)
+    assert family_wise_error(0.3, 4, independent=False) == 1.0  # 1.2, capped
+
+
+def test_a_change_from_an_erm_mean_of_0_says_so(monkeypatch):
+    """ERM at 0 slot F1: relative_change.md's cell words it as the compare command does, "n/a:
+    from 0" (with the decision's mark), not an empty cell; the CSV's number is empty (undefined)."""
+    def run_with(path, method, seed, slot_f1):
+        return fake_run(path, method, seed, {"combined": 0.3, "slot_f1": slot_f1})
+
+    stats, comparisons = compared(monkeypatch, {"erm": [run_with("e0", "erm", 0, 0.0)],
+                                                "m": [run_with("m0", "m", 0, 0.2)]})
+    md, csv_text = relative_change_table(comparisons, stats, 0.05)
+    assert md_cells(md, "m")["slot F1 %"] == md_cells(md, "erm")["slot F1 %"] == "n/a: from 0"
+    assert md_cells(md, "m")["COMBINED %"] == "+0.00"  # 30 vs 30
+    row = next(r for r in csv.DictReader(csv_text.splitlines()) if r["method"] == "m")
+    assert (row["slot_f1_rel_change_pct"], row["combined_rel_change_pct"]) == ("", "0.0000")
+
+
+def test_the_counts_headers_name_the_group_and_what_is_counted():
+    counts = [{"method": "topk", "metric": "combined", "group": "all", "value": "all", "scenarios": 2, "better": 1,
+               "worse": 0, "same": 1},
+              {"method": "topk", "metric": "combined", "group": "validation", "value": "iid", "scenarios": 1,
+               "better": 1, "worse": 0, "same": 0},
+              {"method": "topk", "metric": "combined", "group": "validation", "value": "ood", "scenarios": 1,
+               "better": 0, "worse": 0, "same": 1}]
+    md, csv_text = counts_table(counts)
+    assert md == ("Scenarios in which a method is significantly better / worse than ERM on COMBINED, of the n "
+                  "scenarios tested (better / worse of n), per group of scenarios (column: group = value).\n\n"
+                  "| method | all scenarios | validation = iid | validation = ood |\n|---|---|---|---|\n"
+                  "| topk | 1 / 0 of 2 | 1 / 0 of 1 | 0 / 0 of 1 |\n")
+    assert csv_text.splitlines() == [
+        "method,metric,group,value,scenarios_tested,sig_better_than_erm,sig_worse_than_erm,same_as_erm",
+        "topk,combined,all,all,2,1,0,1", "topk,combined,validation,iid,1,1,0,0", "topk,combined,validation,ood,1,0,0,1"]
 
 
 # ------------------------------------------------------------------ damaged input, misplaced output

@@ -7,7 +7,7 @@ sub-directories are runs (a Hydra multirun's jobs, ``<sweep>/<scenario>-<method>
 taken in the order of the sweep's job list (`robustnlu.rundir.sweep_runs`). A run is labelled by
 its method and seed; runs that share those are told apart by the overrides they were started
 with that differ among them (`run_labels`). A relative change from a baseline value of 0 is not
-defined: its cell says so ("n/a: from 0").
+defined: its cell says so ("n/a: from 0", `robustnlu.metrics.registry.change_text`).
 A results.json that lacks what the table shows (`robustnlu.analysis.runs.results_problem`), or
 a run of another scenario than the first run's (a relative change compares scores on one test
 set): one ``error:`` line naming it, exit status 2.
@@ -16,7 +16,6 @@ set): one ``error:`` line naming it, exit status 2.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections import Counter
 from pathlib import Path
@@ -24,10 +23,9 @@ from typing import Any
 
 from robustnlu.analysis.runs import RESULTS_KEYS, Run, check_results
 from robustnlu.errors import CommandLineParser, DataError, entry_point
-from robustnlu.metrics.registry import COMPARE, METRICS, drop, relative_change
+from robustnlu.metrics.registry import COMPARE, METRICS, change_text, drop
 from robustnlu.rundir import RunDir, sweep_runs
 from robustnlu.sweep_jobs import shown_overrides, varying
-from robustnlu.tables import fmt
 
 
 def run_dirs(paths: list[Path]) -> list[RunDir]:
@@ -67,16 +65,6 @@ def run_labels(runs: list[Run]) -> list[str]:
             labels[i] = " ".join(filter(None, [label, shown_overrides(started, keys) if keys else ""]))
     shared = Counter(labels)
     return [f"{label} {run.path}" if shared[label] > 1 else label for label, run in zip(labels, runs)]
-
-
-def change_text(value: float, baseline: float) -> str:
-    """The relative change of ``value`` to ``baseline`` as the table shows it (`relative_change`,
-    signed, with `robustnlu.tables.fmt`): ``+3.33%``; ``n/a: from 0`` from a baseline of 0, ``n/a``
-    where either is NaN."""
-    change = relative_change(value, baseline)
-    if math.isnan(change):
-        return "n/a: from 0" if baseline == 0 else "n/a"
-    return f"{fmt(change, sign=True)}%"
 
 
 #: what the table reads from a results.json: what every report reads, and each `COMPARE` test metric

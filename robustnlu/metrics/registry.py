@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from robustnlu.tables import fmt
+
 Sums = Mapping[str, Any]
 
 
@@ -186,6 +188,16 @@ def relative_change(value: float, baseline: float) -> float:
     if math.isnan(value) or math.isnan(baseline) or baseline == 0:
         return math.nan
     return 100.0 * (value - baseline) / baseline
+
+
+def change_text(value: float, baseline: float, unit: str = "%") -> str:
+    """The relative change of ``value`` to ``baseline`` as a table shows it (`relative_change`,
+    signed, with `robustnlu.tables.fmt`, then ``unit``: "" in a table whose header names it):
+    ``+3.33%``; ``n/a: from 0`` from a baseline of 0, ``n/a`` where either is NaN."""
+    change = relative_change(value, baseline)
+    if math.isnan(change):
+        return "n/a: from 0" if baseline == 0 else "n/a"
+    return f"{fmt(change, sign=True)}{unit}"
 
 
 def drop(valid: Mapping[str, Any], test: Mapping[str, Any], key: str = "combined") -> float:

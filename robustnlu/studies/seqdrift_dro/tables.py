@@ -141,8 +141,8 @@ def k_search_table(records: Records, design: Design) -> str:
 
 def valid_curve(run: Run) -> list[float | None]:
     """Valid COMBINED (%) after each training epoch below ``epochs_trained``, from the run's
-    ``metrics.csv`` (the last valid row of each epoch; the row logged after training is the
-    final evaluation, not an epoch). None for an epoch the log lacks: a run resumed before
+    ``metrics.csv`` (the last valid row of each epoch; a row at epoch ``epochs_trained``, the
+    evaluation after training in a log that has one, is no epoch). None for an epoch the log lacks: a run resumed before
     `robustnlu.resume.ResumableCSVLogger` lost the rows of the epochs it had trained before."""
     by_epoch = valid_combined_by_epoch(run)
     trained = int(run.results.get("epochs_trained") or len(by_epoch))
