@@ -14,7 +14,8 @@ import numpy as np
 
 from robustnlu.analysis.runs import BASELINE, Run, method_order
 from robustnlu.analysis.statistics import Comparison, MethodStats
-from robustnlu.metrics.registry import METRICS, MIN_CLUSTER_SIZE, REPRODUCTION_SUMMARY, drop, relative_change, worst_cluster
+from robustnlu.metrics.registry import (
+    METRICS, MIN_CLUSTER_SIZE, REPRODUCTION_SUMMARY, change_text, drop, relative_change, worst_cluster)
 from robustnlu.studies.seqdrift_dro import paper_results as paper
 from robustnlu.studies.seqdrift_dro.records import Design, Records, valid_combined_by_epoch
 from robustnlu.tables import fmt, markdown
@@ -218,10 +219,10 @@ def plateau_table(records: Records, design: Design, comparisons: Sequence[Compar
         rows.append([
             method_label(run), run.results["epochs_trained"], best_epoch(run), fmt(combined(run, "valid")),
             fmt(combined(run)), fmt(_pct(run.results["metrics"]["test"], "slot_f1")),
-            fmt(comparison.changes["combined"], sign=True) if comparison else "",
+            change_text(comparison.means["combined"], comparison.baseline["combined"], unit="") if comparison else "",
             fmt(comparison.verdicts["combined"].tests[0].p_value, digits=4) if comparison else "",
             fmt(combined(fixed)) if fixed else "not recorded",
-            fmt(relative_change(combined(fixed), combined(erm_fixed)), sign=True)
+            change_text(combined(fixed), combined(erm_fixed), unit="")
             if fixed and erm_fixed and run.method != BASELINE else "",
             fmt(last_epoch_gain(valid_curve(fixed)), sign=True) if fixed else ""])
     return markdown(["method", "epochs trained", "best epoch", "valid COMBINED %", "test COMBINED %", "test slot F1 %",
