@@ -7,7 +7,9 @@ models per method and scenario (two hyperparameter settings × two seeds). Runs 
 finish (``status.json`` says failed, interrupted or running, or there is no ``results.json``)
 are listed as `Incomplete`, and so are a sweep's jobs that left no ``status.json`` (`jobs_without_status`).
 A mean pools the models of one method and scenario only where they trained with one setting but
-the seed (`check_one_setting`).
+the seed (`check_one_setting`), or, where an HPO search's ``best_params.json`` is read, where they
+are exactly the runs it chose (``Run.search``; `robustnlu.analysis.searches`): its best settings
+× 2 seeds, which may differ in the keys it searched too (`other_settings`).
 
 The worst-cluster figures count only test clusters of at least ``min_cluster_size`` utterances
 (default `MIN_CLUSTER_SIZE` = 10, `robustnlu.metrics.registry`), so that clusters of 1-2 test

@@ -112,14 +112,10 @@ def select_chosen(searches: Sequence[Search], runs: list[Run],
     unfinished = {Path(r.path).absolute() for r in incomplete}
     lines = []
     for search in searches:
-        names = {path for path, _ in search.chosen}
-
-        def left_out(path: Path) -> bool:
-            return search.holds(path) and Path(path).absolute() not in names
-
-        n_left = sum(left_out(r.path) for r in [*runs, *incomplete])
-        runs = [r for r in runs if not left_out(r.path)]
-        incomplete = [r for r in incomplete if not left_out(r.path)]
+        below = [Path(r.path).absolute() for r in [*runs, *incomplete] if search.holds(r.path)]
+        left = set(below) - {path for path, _ in search.chosen}
+        runs = [r for r in runs if Path(r.path).absolute() not in left]
+        incomplete = [r for r in incomplete if Path(r.path).absolute() not in left]
         for path, what in search.chosen:
             if path is None:
                 incomplete.append(Incomplete(search.path, "missing", f"{what} chosen by {search.path / BEST_PARAMS}: "
@@ -139,7 +135,7 @@ def select_chosen(searches: Sequence[Search], runs: list[Run],
                                              folder=path.is_dir()))
         trials = ", ".join(what for _, what in search.chosen[::2])
         lines.append(f"`{search.path}` (study `{search.study}`): chose {trials} (each also retrained); "
-                     f"{n_left} other runs below it (trials not chosen) left out")
+                     f"{sum(p in left for p in below)} other runs below it (trials not chosen) left out")
     if not runs:
         raise StudyError(f"{', '.join(str(s.path) for s in searches)}: no finished run that its {BEST_PARAMS} chose")
     return sorted(runs, key=lambda r: str(r.path)), sorted(incomplete, key=lambda r: str(r.path)), lines

@@ -2,6 +2,7 @@
 `python -m robustnlu.report` is the command line. One module per job:
 
 - `robustnlu.analysis.runs`: the runs found under the given directories and their scenarios;
+- `robustnlu.analysis.searches`: of an HPO search's runs, those it chose (its ``best_params.json``);
 - `robustnlu.analysis.statistics`: means and std per scenario and method, the relative change to
   ERM, the paired approximate randomization tests (pairing and decision rules) and the counts;
 - `robustnlu.analysis.study_tables`: Table 10, the relative changes and the counts (Markdown, CSV);
