@@ -11,8 +11,10 @@ hyper-parameter protocol for one scenario and method (section 5 "Hyperparameters
 3. both settings are retrained with a second seed, each as a plain multirun
    ``python -m robustnlu -m seed=<S> <overrides> <setting>`` (the paper's 2 settings × 2 seeds =
    4 models: the trials themselves are the first seed);
-4. ``best_params.json`` (the study's best trial, the chosen settings and their run dirs) is
-   written atomically into the search's sweep dir.
+4. ``best_params.json`` (the study's best trial, the chosen settings and their runs: each trial's
+   run dir, as the sweeper recorded it, and its retraining's) is written atomically into the
+   search's sweep dir (`robustnlu.analysis.searches.write_best_params`); ``python -m
+   robustnlu.report`` on that folder takes exactly those runs as the method's models.
 
 Example::
 
@@ -39,9 +41,11 @@ from robustnlu.extras import require
 # ---------------------------------------------------------------------------- the study
 def top_settings(study: Any, n: int = 2) -> list[dict[str, Any]]:
     """The ``n`` best completed trials of ``study`` with distinct params, best first (ties: the
-    earlier trial). A rerun study with the same sampler seed proposes the same points again:
-    the duplicate of a setting already taken is skipped."""
+    earlier trial), each with its run dir (``run_dir``: where the sweeper launched it; None for a
+    trial it did not launch). A rerun study with the same sampler seed proposes the same points
+    again: the duplicate of a setting already taken is skipped."""
     import optuna
+    from hydra_plugins.robustnlu_plugins.optuna_sweeper import JOB_ATTR
 
     sign = -1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
     done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
@@ -50,7 +54,8 @@ def top_settings(study: Any, n: int = 2) -> list[dict[str, Any]]:
     for t in sorted(done, key=lambda t: (sign * t.value, t.number)):
         if any(c["params"] == t.params for c in chosen):
             continue
-        chosen.append({"trial": t.number, "value": t.value, "params": dict(t.params)})
+        chosen.append({"trial": t.number, "value": t.value, "params": dict(t.params),
+                       "run_dir": (t.user_attrs.get(JOB_ATTR) or {}).get("run_dir")})
         if len(chosen) == n:
             break
     return chosen
@@ -135,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if not chosen:
         raise RobustNLUError(f"study {name!r} in {storage} has no completed trial")
 
-    from robustnlu.io import atomic_write_json
+    from robustnlu.analysis.searches import write_best_params
 
     retrain_seed = args.retrain_seed if args.retrain_seed is not None else int(cfg.seed) + 1
     plain = retrain_overrides(args.overrides)
@@ -158,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         "overrides": plain,
         "chosen": chosen,
     }
-    out = atomic_write_json(sweep_dir / "best_params.json", report)
+    out = write_best_params(sweep_dir, report)
     print(f"best_params.json: {out}", flush=True)
 
     if not args.no_retrain:

@@ -7,7 +7,10 @@ that holds neither: `robustnlu.analysis.runs.jobs_without_status`) and writes un
 table10_metrics.{md,csv} (metrics per scenario and method, mean ± std over the models, and the
 valid → test drop), relative_change.{md,csv} (relative change to ERM and the paired approximate
 randomization tests), significance_counts.{md,csv} (scenarios significantly better / worse than
-ERM per method), fig1a_drop.png, fig1bc_counts.png and report.md tying them together.
+ERM per method), fig1a_drop.png, fig1bc_counts.png and report.md tying them together. Below a folder holding an HPO
+search's ``best_params.json`` (``python -m robustnlu.hpo``) the models of its method and scenario
+are the runs it chose, its best settings × 2 seeds, and its other trials are left out (counted in
+report.md; `robustnlu.analysis.searches`).
 
 With ``--wandb`` the report is also logged to Weights & Biases, after it is written, beside the
 runs it summarises: one run of job type ``report`` per W&B group of the runs (the group each run
@@ -35,7 +38,9 @@ run, a run whose results.json or predictions cannot be read whole, a run found t
 beside it: one model counted as two), runs of one scenario on different splits (their means would mix
 test sets), runs of one method and scenario trained with other settings than the seed (their mean is
 no mean of one method's models: `robustnlu.analysis.runs.check_one_setting`; runs that record no
-config are pooled and named in report.md), or an ``--out`` inside a run directory: a one-line error,
+config are pooled and named in report.md), runs of one method and scenario of which an HPO search
+chose some and not all, a directory inside an HPO search's sweep dir, or an ``--out`` inside a run
+directory: a one-line error,
 exit status 2, nothing written.
 """
 

@@ -4,6 +4,7 @@ Table 9): every method's search is λ, γ and the space its class declares."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import optuna
 import pytest
@@ -30,8 +32,13 @@ from optuna.trial import TrialState, create_trial
 from integration_helpers import (CONF, FAST, METHOD_NAMES, METHODS, cli_env, compose_config, jsonl_overrides,
                                  run_cli, write_snips_sample_jsonl)
 from robustnlu import hpo
+from robustnlu.analysis import study as st
+from robustnlu.analysis.runs import Incomplete, StudyError
+from robustnlu.analysis.searches import BEST_PARAMS, write_best_params
 from robustnlu.errors import ConfigError
+from robustnlu.report import main as report_main
 from robustnlu.rundir import RunDir
+from robustnlu.scenario import Scenario
 from robustnlu.runlock import LOCK_NAME
 from robustnlu.train import run
 
@@ -316,6 +323,102 @@ def test_a_search_continued_into_its_sweep_dir_keeps_each_trials_run_in_the_tria
         assert run["config"]["method"]["k"] == trial.params["method.k"]
         assert run["config"]["optimizer"]["lr"] == pytest.approx(trial.params["optimizer.lr"])
         assert run["metrics"]["valid"]["combined"] == pytest.approx(trial.value)
+
+
+@pytest.fixture(scope="module")
+def protocol(continued_search, tmp_path_factory):
+    """~5 s: the HPO protocol's sweep dir as `python -m robustnlu.hpo` leaves it, from the
+    `continued_search` fixture's 4 trials: a copy of its sweep dir; in it the 2 best settings
+    retrained with seed 1 (in this process, with the driver's overrides: the scenario, the method,
+    seed=1 and the setting) under retrain/top<rank>_seed1; best_params.json written by the
+    driver's writer, naming the copy's trial runs."""
+    sweep = tmp_path_factory.mktemp("protocol") / "sweep"
+    shutil.copytree(continued_search["sweep"], sweep)
+    chosen = hpo.top_settings(continued_search["study"], 2)
+    for rank, setting in enumerate(chosen, 1):
+        assert Path(setting["run_dir"]) == continued_search["sweep"] / str(setting["trial"])  # as the sweeper recorded it
+        setting["run_dir"] = str(sweep / str(setting["trial"]))
+        setting["retrain_dir"] = str(sweep / "retrain" / f"top{rank}_seed1")
+        run(compose_config([*hpo.retrain_overrides(["method=topk", *continued_search["scenario"]]), "seed=1",
+                            *(f"{k}={v}" for k, v in setting["params"].items())], Path(setting["retrain_dir"])))
+    write_best_params(sweep, {"study_name": "jsonl-topk", "retrain_seed": 1, "chosen": chosen})
+    return sweep
+
+
+def chosen_runs(sweep: Path) -> list[Path]:
+    """The 4 run dirs best_params.json names: each chosen trial's run, then its retraining."""
+    record = json.loads((sweep / BEST_PARAMS).read_text())
+    return [sweep / s[key] for s in record["chosen"] for key in ("run_dir", "retrain_dir")]
+
+
+def test_best_params_names_the_chosen_runs_relative_to_the_sweep_dir(protocol):
+    record = json.loads((protocol / BEST_PARAMS).read_text())
+    assert [s["retrain_dir"] for s in record["chosen"]] == ["retrain/top1_seed1", "retrain/top2_seed1"]
+    assert [s["run_dir"] for s in record["chosen"]] == [str(s["trial"]) for s in record["chosen"]]
+
+
+def test_the_report_of_an_hpo_search_pools_its_2_chosen_settings_times_2_seeds(protocol, tmp_path):
+    """Core paper section 5: the models are the 2 best settings × 2 seeds, which differ in the
+    searched keys; the other 2 trials of the search are left out, and report.md says so."""
+    study = st.build_study([protocol], rounds=10)
+    (stats,) = study.stats
+    models = chosen_runs(protocol)
+    assert stats.method == "topk" and stats.n == 4 and sorted(r.path for r in stats.runs) == sorted(models)
+    assert sorted(r.seed for r in stats.runs) == [0, 0, 1, 1] and study.incomplete == []
+    results = [json.loads((m / "results.json").read_text()) for m in models]
+    lrs = {r["config"]["optimizer"]["lr"] for r in results}
+    assert len(lrs) == 2  # two settings, each trained twice
+    combined = [100 * r["metrics"]["test"]["combined"] for r in results]
+    assert stats.stats["combined"][0] == pytest.approx(sum(combined) / 4)
+    st.write_report(study, tmp_path)
+    rows = list(csv.DictReader((tmp_path / "table10_metrics.csv").open()))
+    assert [(row["method"], row["n_models"]) for row in rows] == [("topk", "4")]
+    assert float(rows[0]["combined_mean"]) == pytest.approx(sum(combined) / 4, abs=1e-3)
+    trials = json.loads((protocol / BEST_PARAMS).read_text())["chosen"]
+    line = (f"- `{protocol}` (study `jsonl-topk`): chose trial {trials[0]['trial']}, trial {trials[1]['trial']} "
+            "(each also retrained); 2 other runs below it (trials not chosen) left out")
+    assert line in (tmp_path / "report.md").read_text().splitlines()
+
+
+def test_a_chosen_run_of_an_hpo_search_with_another_unsearched_setting_is_one_error_line(protocol, tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    shutil.copytree(protocol, sweep)  # best_params.json names its runs relative to it: the copy's
+    first, _, _, retrained = chosen_runs(sweep)
+    results = json.loads((retrained / "results.json").read_text())
+    results["config"]["trainer"]["max_epochs"] = 2
+    (retrained / "results.json").write_text(json.dumps(results))
+    assert report_main([str(sweep), "--out", str(tmp_path / "out"), "--rounds", "10"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {retrained}: topk in scenario {Scenario.of_results(results).name} trained with other settings than {first} "
+        "(trainer.max_epochs: 1 vs 2); report them separately\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_chosen_run_that_is_missing_is_listed_as_incomplete(protocol, tmp_path):
+    """The search's retraining not done (or still running): its chosen settings' trials are the
+    models, and the missing retraining is listed, not passed over."""
+    sweep = tmp_path / "sweep"
+    shutil.copytree(protocol, sweep)
+    *_, retrained = chosen_runs(sweep)
+    shutil.rmtree(retrained)
+    study = st.build_study([sweep], rounds=10)
+    assert [s.n for s in study.stats] == [3]
+    trial = json.loads((sweep / BEST_PARAMS).read_text())["chosen"][1]["trial"]
+    assert study.incomplete == [Incomplete(retrained, "missing", f"trial {trial} retrained chosen by "
+                                           f"{sweep / BEST_PARAMS}: no such folder", folder=False)]
+
+
+def test_a_report_of_part_of_an_hpo_search_or_of_it_and_another_run_is_one_error_line(protocol, tmp_path):
+    """Its retrain folder alone would be half of its models; a trial not chosen beside it no model."""
+    for part in (protocol / "retrain", protocol / "retrain" / "top1_seed1"):
+        with pytest.raises(StudyError, match=f"^{part}: inside HPO search {protocol} .* give the report {protocol}$"):
+            st.build_study([part], rounds=10)
+    chosen = chosen_runs(protocol)
+    other = next(p for p in sorted(protocol.iterdir()) if p.name.isdigit() and p not in chosen)
+    shutil.copytree(other, tmp_path / "other" / "plain")
+    with pytest.raises(StudyError, match=f"^{tmp_path / 'other' / 'plain'}: topk in scenario .*: chosen by no HPO "
+                                         f"search, {min(chosen)} chosen by HPO search {protocol}; report them separately$"):
+        st.build_study([protocol, tmp_path / "other"], rounds=10)
 
 
 def killed_while_training(command: list[str], sweep_dir, trial: int) -> str:

@@ -7,7 +7,9 @@ models per method and scenario (two hyperparameter settings × two seeds). Runs 
 finish (``status.json`` says failed, interrupted or running, or there is no ``results.json``)
 are listed as `Incomplete`, and so are a sweep's jobs that left no ``status.json`` (`jobs_without_status`).
 A mean pools the models of one method and scenario only where they trained with one setting but
-the seed (`check_one_setting`).
+the seed (`check_one_setting`), or, where an HPO search's ``best_params.json`` is read, where they
+are exactly the runs it chose (``Run.search``; `robustnlu.analysis.searches`): its best settings
+× 2 seeds, which may differ in the keys it searched too (`other_settings`).
 
 The worst-cluster figures count only test clusters of at least ``min_cluster_size`` utterances
 (default `MIN_CLUSTER_SIZE` = 10, `robustnlu.metrics.registry`), so that clusters of 1-2 test
@@ -20,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
@@ -30,6 +32,9 @@ from robustnlu.rundir import RunDir, walk
 from robustnlu.scenario import Scenario
 from robustnlu.sweep_jobs import ABSENT, changed_settings, job_hash, read_sweep, shown_overrides, under, varying
 from robustnlu.sweep_state import TRAINING_CONFIG, sweep_status, sweeps_in
+
+if TYPE_CHECKING:
+    from robustnlu.analysis.searches import Search
 
 BASELINE = "erm"
 
@@ -42,6 +47,8 @@ class StudyError(RobustNLUError):
 class Run:
     path: Path
     results: dict[str, Any]
+    #: the HPO search whose best_params.json chose it as a model (`robustnlu.analysis.searches`)
+    search: Search | None = None
 
     @property
     def method(self) -> str:
@@ -206,7 +213,8 @@ def check_one_split(runs: Sequence[Run]) -> None:
 
 #: the config keys in which the models of one method and scenario may differ: the seed (one model
 #: per seed) and the scenario's name (the scenario itself is read from results.json; its name's
-#: spelling changed: ``snips-slot_context-False-iid``, now ``...-full-iid``)
+#: spelling changed: ``snips-slot_context-False-iid``, now ``...-full-iid``); the models an HPO
+#: search chose also in the keys it searched (`other_settings`' ``searched``)
 POOLED_OVER = ("seed", "scenario")
 
 
@@ -221,35 +229,49 @@ def trained_config(run: Run) -> dict[str, Any] | None:
     return None
 
 
-def other_settings(config: dict[str, Any], other: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+def other_settings(config: dict[str, Any], other: dict[str, Any],
+                   searched: Iterable[str] = ()) -> dict[str, tuple[Any, Any]]:
     """The settings in which two runs' configs (`trained_config`) differ, as (other's, config's): their
     `changed_settings` (where a run writes and how it logs left out, as in a job's identity; paths
-    inside each run's own folder and data folder read relative to it), but `POOLED_OVER` and the
-    keys one config lacks (a setting that one version of the code had and the other had not, e.g.
-    ``optimizer.fused``: what the run without it did there is not recorded)."""
+    inside each run's own folder and data folder read relative to it), but `POOLED_OVER`, the keys
+    ``searched`` (those an HPO search varied, for two runs it chose: core paper section 5, 2
+    settings × 2 seeds) and the keys one config lacks (a setting that one version of the code had
+    and the other had not, e.g. ``optimizer.fused``: what the run without it did there is not
+    recorded)."""
+    pooled = (*POOLED_OVER, *searched)
     changed = changed_settings(other, config)
-    return {k: v for k, v in changed.items() if not under(k, POOLED_OVER) and ABSENT not in v}
+    return {k: v for k, v in changed.items() if not under(k, pooled) and ABSENT not in v}
+
+
+def _origin(run: Run) -> str:
+    return f"chosen by HPO search {run.search.path}" if run.search else "chosen by no HPO search"
 
 
 def check_one_setting(runs: Sequence[Run]) -> list[Run]:
     """`StudyError` naming the first of ``runs`` (in their order) trained with other settings than an
     earlier run of its method and scenario (`other_settings`: e.g. 1 and 4 epochs, another learning
-    rate): a mean over them is no mean of one method's models. Returns the runs whose settings
+    rate; runs an HPO search chose may differ in the keys it searched), or chosen by another HPO
+    search or by none (``Run.search``: the models of a search's method and scenario are exactly
+    the runs it chose): a mean over them is no mean of one method's models. Returns the runs whose settings
     cannot be compared (no `trained_config`: a results.json written by hand) in a method and
     scenario of more than one run: they are pooled and the report names them, a report with the
     doubt stated being of more use than none."""
     first: dict[tuple[Scenario, str], tuple[Run, dict[str, Any]]] = {}
+    origin: dict[tuple[Scenario, str], Run] = {}  # the first run of each cell: which search chose it
     size: dict[tuple[Scenario, str], int] = defaultdict(int)
     uncompared: list[tuple[tuple[Scenario, str], Run]] = []
     for run in runs:
         cell = (run.scenario, run.method)
         size[cell] += 1
+        if (other := origin.setdefault(cell, run)).search != run.search:
+            raise StudyError(f"{run.path}: {run.method} in scenario {run.scenario.name}: {_origin(run)}, {other.path} "
+                             f"{_origin(other)}; report them separately")
         config = trained_config(run)
         if config is None:
             uncompared.append((cell, run))
             continue
         other, other_config = first.setdefault(cell, (run, config))
-        if differ := other_settings(config, other_config):
+        if differ := other_settings(config, other_config, run.search.searched if run.search else ()):
             shown = "; ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in differ.items())
             raise StudyError(f"{run.path}: {run.method} in scenario {run.scenario.name} trained with other settings than "
                              f"{other.path} ({shown}); report them separately")

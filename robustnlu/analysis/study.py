@@ -2,6 +2,7 @@
 `python -m robustnlu.report` is the command line. One module per job:
 
 - `robustnlu.analysis.runs`: the runs found under the given directories and their scenarios;
+- `robustnlu.analysis.searches`: of an HPO search's runs, those it chose (its ``best_params.json``);
 - `robustnlu.analysis.statistics`: means and std per scenario and method, the relative change to
   ERM, the paired approximate randomization tests (pairing and decision rules) and the counts;
 - `robustnlu.analysis.study_tables`: Table 10, the relative changes and the counts (Markdown, CSV);
@@ -30,6 +31,7 @@ from robustnlu.analysis.runs import (
     discover,
     group_runs,
 )
+from robustnlu.analysis.searches import searches_in, select_chosen
 from robustnlu.analysis.significance import family_wise_error
 from robustnlu.analysis.statistics import (
     Comparison,
@@ -60,6 +62,8 @@ class Study:
     #: runs pooled with others of their method and scenario whose settings could not be compared
     #: (`check_one_setting`)
     uncompared: list[Run] = field(default_factory=list)
+    #: per HPO search read, what it chose and left out (`robustnlu.analysis.searches.select_chosen`)
+    searches: list[str] = field(default_factory=list)
 
 
 def build_study(paths: Sequence[Path], alpha: float = 0.05, rounds: int = 10_000, seed: int = 0,
@@ -71,7 +75,7 @@ def build_study(paths: Sequence[Path], alpha: float = 0.05, rounds: int = 10_000
         raise StudyError(f"rounds must be >= 1, got {rounds}")
     if min_cluster_size < 1:
         raise StudyError(f"min_cluster_size must be >= 1, got {min_cluster_size}")
-    runs, incomplete = discover(paths)
+    runs, incomplete, searches = select_chosen(searches_in(paths), *discover(paths))
     check_results(runs)
     check_distinct(runs)
     check_one_split(runs)
@@ -79,7 +83,7 @@ def build_study(paths: Sequence[Path], alpha: float = 0.05, rounds: int = 10_000
     stats = scenario_stats(group_runs(runs), min_cluster_size)
     comparisons = compare_to_baseline(stats, alpha, rounds, seed, rule)
     return Study(list(map(Path, paths)), runs, incomplete, stats, comparisons, significance_counts(comparisons),
-                 alpha, rounds, seed, rule, min_cluster_size, uncompared)
+                 alpha, rounds, seed, rule, min_cluster_size, uncompared, searches)
 
 
 FILES = ("table10_metrics.md", "table10_metrics.csv", "relative_change.md", "relative_change.csv",
@@ -122,6 +126,10 @@ def _report_md(study: Study, t10: str, rel: str, counts: str) -> str:
         f"(scenario = dataset, drift kind, full/partial, validation); "
         f"{len(study.incomplete)} failed or unfinished runs.", "",
     ]
+    if study.searches:
+        lines += ["HPO searches (`best_params.json` of `python -m robustnlu.hpo`): the models of each one's method "
+                  "and scenario are the runs it chose (core paper section 5: the best settings × 2 seeds):", "",
+                  *(f"- {line}" for line in study.searches), ""]
     if study.incomplete:
         lines += ["### Failed or unfinished runs", "", "| run directory | state | error |", "|---|---|---|"]
         lines += [f"| `{r.path}` | {r.state} | {(r.error or '').replace('|', '/')} |" for r in study.incomplete]
