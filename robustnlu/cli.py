@@ -75,7 +75,7 @@ def run_or_exit(task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
         try:
             settings = OmegaConf.select(hydra_cfg, "callbacks.run_dir", default=None) or {}
             claim(run_dir, bool(settings.get("exclusive", False)), before_creation=False,
-                  lock=bool(settings.get("lock", False)))
+                  outputs=settings.get("outputs"))
         except RobustNLUError as err:  # the folder is not this job's (another process holds it): left as it is
             report(err)
             raise JobFailed(f"error: {err}") from err

@@ -14,15 +14,18 @@ the invocation without destroying anything it did not make (`undo`):
   Hydra made its folder), the folder is removed only if it holds nothing but what Hydra and
   robustnlu write at a job's start (`OWN_ENTRIES`).
 
-For training, the claim is exclusive (`exclusive=True`): an existing folder with files that is not
-a robustnlu run is refused (one line, nothing written), among them a folder that holds another
-Hydra app's ``.hydra/`` record (`another_apps_record`), which Hydra would write over; and the run
-takes the lock file `run.lock` (pid and host; `robustnlu.runlock`): a second process into the same
-folder is refused with a line naming the holder; a lock left by a dead process on this host is
-taken over. The SeqDrift app takes the same lock without the refusal (`lock=True`: its job writes
-its split into its folder again when launched again), so that ``python -m robustnlu.sweep status``
-tells its running jobs from those whose process is gone. The lock is released when the invocation
-ends, however it ends: a finished folder holds no ``run.lock``.
+For training and the SeqDrift app, the claim is exclusive (`exclusive=True`): an existing folder
+with files that is not a robustnlu run is refused (one line, nothing written), among them a folder
+that holds another Hydra app's ``.hydra/`` record (`another_apps_record`), which Hydra would write
+over. A training run's own folder is one that holds a run (continued with ``resume=true``); the
+SeqDrift app writes its split anew into its folder each launch, so an earlier launch's files
+(``outputs``) are its own. The invocation takes the lock file `run.lock` (pid and host;
+`robustnlu.runlock`): a second process into the same folder is refused with a line naming the
+holder; a lock left by a dead process on this host is taken over; ``python -m robustnlu.sweep
+status`` tells running jobs from those whose process is gone by it. The lock is released when the
+invocation ends, however it ends: a finished folder holds no ``run.lock``. A sweep's folder is
+refused likewise where it holds files no robustnlu sweep writes there (`foreign_sweep_files`), a
+``multirun.yaml`` of another Hydra app among them.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,37 +47,46 @@ from robustnlu.rundir import HYDRA_SETTINGS, RunDir
 from robustnlu.runlock import LOCK_NAME, acquire, release
 from robustnlu.sweep_jobs import MULTIRUN_FILE
 
-#: what Hydra (its ``.hydra/`` record, its ``<job name>.log``) and robustnlu (the lock) write into a
-#: run directory before the run itself writes anything: a folder holding only these counts as empty
+#: Hydra's job logs (``<hydra.job.name>.log``) of robustnlu's apps: training and the noise app run a
+#: ``__main__`` module, the evaluation app is named by its file, the SeqDrift app names its job
+#: (conf/seqdrift.yaml). Any other ``.log`` is a file of the user's.
+JOB_LOGS = ("__main__.log", "evaluate.log", "seqdrift.log")
+
+#: what Hydra (its ``.hydra/`` record, its job log) and robustnlu (the lock) write into a run
+#: directory before the run itself writes anything: a folder holding only these counts as empty
 #: (a ``.hydra/`` that another Hydra app wrote does not: `another_apps_record`)
-OWN_ENTRIES = (".hydra", LOCK_NAME)
+OWN_ENTRIES = (".hydra", LOCK_NAME, *JOB_LOGS)
 
 
 def own_entry(name: str) -> bool:
-    """`OWN_ENTRIES`, Hydra's logs, and the ``.pl_hydra_rank_<n>`` records of Lightning's DDP processes."""
-    return name in OWN_ENTRIES or name.endswith(".log") or name.startswith(".pl_hydra")
+    """`OWN_ENTRIES` and the ``.pl_hydra_rank_<n>`` records of Lightning's DDP processes."""
+    return name in OWN_ENTRIES or name.startswith(".pl_hydra")
+
+
+def robustnlus_settings(settings_file: Path) -> bool:
+    """Whether ``settings_file`` holds Hydra's settings of a robustnlu app (a run's
+    ``.hydra/hydra.yaml``, a sweep's ``multirun.yaml``): they name `RunDirOwnership` as the owner
+    of its folders (``hydra.callbacks.run_dir._target_``). False for a file that is missing or
+    does not parse, or names another owner or none."""
+    try:
+        settings = yaml.safe_load(settings_file.read_text(encoding="utf-8"))
+        owner = settings["hydra"]["callbacks"]["run_dir"]["_target_"]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
+        return False
+    return owner == f"{RunDirOwnership.__module__}.{RunDirOwnership.__qualname__}"
 
 
 def another_apps_record(path: Path) -> bool:
     """Whether ``path/.hydra`` is another Hydra app's record (``hydra.run.dir`` pointed at another
-    tool's output), which Hydra would write over, rather than one of a robustnlu app: those name
-    `RunDirOwnership` as their run directory's owner (``hydra.callbacks.run_dir._target_`` in
-    ``.hydra/hydra.yaml``). A ``.hydra`` that is not a folder, or holds files but no such
-    ``hydra.yaml`` (none, one that does not parse, another owner), is another app's; an empty
-    one is nobody's."""
+    tool's output), which Hydra would write over, rather than one of a robustnlu app (its
+    ``hydra.yaml``: `robustnlus_settings`). A ``.hydra`` that is not a folder, or holds files but
+    no such ``hydra.yaml``, is another app's; an empty one is nobody's."""
     record = path / ".hydra"
     if not record.exists():
         return False
     if not record.is_dir():
         return True
-    if not any(record.iterdir()):
-        return False
-    try:
-        settings = yaml.safe_load((path / HYDRA_SETTINGS).read_text(encoding="utf-8"))
-        owner = settings["hydra"]["callbacks"]["run_dir"]["_target_"]
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
-        return True
-    return owner != f"{RunDirOwnership.__module__}.{RunDirOwnership.__qualname__}"
+    return any(record.iterdir()) and not robustnlus_settings(path / HYDRA_SETTINGS)
 
 
 @dataclass
@@ -102,7 +115,7 @@ class Claim:
                 path.write_bytes(data)
             except OSError:  # the disk that failed the run may refuse this too: the run's files matter more
                 pass
-        for log in self.path.glob("*.log") if self.existed else ():
+        for log in (self.path / name for name in JOB_LOGS) if self.existed else ():
             if log not in self.saved:
                 log.unlink(missing_ok=True)
 
@@ -141,11 +154,17 @@ def first_few(names: list[str]) -> str:
 
 def foreign_sweep_files(path: Path) -> list[str]:
     """The files directly in the folder ``path`` (if it exists) that no sweep writes there (`SWEEP_FILES`,
-    `own_entry`): a folder of the user's rather than a sweep's. Sub-folders are the sweep's jobs'."""
+    `own_entry`): a folder of the user's rather than a sweep's, or another Hydra app's sweep, whose
+    ``multirun.yaml`` does not hold a robustnlu app's settings (`robustnlus_settings`) and would be
+    written over. Sub-folders are the sweep's jobs'."""
     if not path.is_dir():
         return []
-    return sorted(p.name for p in path.iterdir()
-                  if not p.is_dir() and p.name not in SWEEP_FILES and not own_entry(p.name))
+    foreign = sorted(p.name for p in path.iterdir()
+                     if not p.is_dir() and p.name not in SWEEP_FILES and not own_entry(p.name))
+    record = path / MULTIRUN_FILE
+    if record.exists() and not robustnlus_settings(record):
+        foreign.insert(0, f"{MULTIRUN_FILE} of another Hydra app")
+    return foreign
 
 
 #: this process's claims, by absolute path
@@ -162,33 +181,35 @@ def secondary_process() -> bool:
     return any(int(os.environ.get(v) or 0) > 0 for v in ("LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
 
 
-def claim(path: str | Path, exclusive: bool, before_creation: bool, lock: bool = False) -> Claim:
+def claim(path: str | Path, exclusive: bool, before_creation: bool, outputs: Sequence[str] | None = None) -> Claim:
     """Claim ``path`` for this invocation (once; later calls return the first claim).
     ``before_creation``: the folder is looked at before anything made it (a single run), and
-    created here; else it exists already and its history is unknown (a sweep's job). ``lock``:
-    take its ``run.lock`` (``exclusive`` takes it too). Raises `ConfigError`, with nothing
-    created, for a folder that cannot be created, with ``exclusive`` for a non-empty folder that
-    is not a robustnlu run (a single run's folder holding another Hydra app's ``.hydra/`` among
-    them: `another_apps_record`; a sweep's job finds the record its own Hydra just wrote), and
-    with either for a folder another process holds."""
+    created here; else it exists already and its history is unknown (a sweep's job).
+    ``exclusive``: take its ``run.lock``, and refuse a non-empty folder that is not this app's run
+    (a single run's folder holding another Hydra app's ``.hydra/`` among them:
+    `another_apps_record`; a sweep's job finds the record its own Hydra just wrote): with
+    ``outputs`` None (training) one that holds no run (`RunDir.is_run`), else one holding files
+    other than the ``outputs`` an app that writes them anew each launch wrote there before (the
+    SeqDrift app). Raises `ConfigError`, with nothing created, for a folder that cannot be
+    created, so refused, or that another process holds."""
     path = key(path)
     if path in CLAIMS:
         return CLAIMS[path]
     exclusive = exclusive and not secondary_process()
-    lock = exclusive or (lock and not secondary_process())
     if path.exists() and not path.is_dir():
         raise ConfigError(f"hydra.run.dir: {path} is a file, not a folder")
     found = Claim(path, path.is_dir() if before_creation else None)
     names = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
-    foreign = [n for n in names if not own_entry(n)]
+    foreign = [n for n in names if not own_entry(n) and n not in (outputs or ())]
     if exclusive and before_creation and another_apps_record(path):
         foreign.insert(0, ".hydra/ of another Hydra app")
-    if exclusive and foreign and not RunDir(path).is_run():
+    if exclusive and foreign and (outputs is not None or not RunDir(path).is_run()):
         raise ConfigError(f"hydra.run.dir: {path} holds files ({first_few(foreign)}) and is not a robustnlu run "
-                          "directory; a run needs a new or empty folder, or its own run directory with resume=true")
+                          "directory; a run needs a new or empty folder, or its own run directory"
+                          + (" with resume=true" if outputs is None else ""))
     if found.existed:
         found.entries = frozenset(names)
-        found.saved = {p: p.read_bytes() for p in [*sorted(path.glob(".hydra/*")), *sorted(path.glob("*.log"))]
+        found.saved = {p: p.read_bytes() for p in [*sorted(path.glob(".hydra/*")), *(path / n for n in JOB_LOGS)]
                        if p.is_file()}
     elif found.existed is False:
         missing = [p for p in (path, *path.parents) if not p.exists()]
@@ -197,7 +218,7 @@ def claim(path: str | Path, exclusive: bool, before_creation: bool, lock: bool =
         except OSError as err:
             raise ConfigError(f"hydra.run.dir: cannot create {path}: {err.strerror or err}") from None
         found.created = missing  # deepest first
-    if lock:
+    if exclusive:
         try:
             acquire(path)
         except ConfigError:
@@ -244,17 +265,18 @@ def release_all() -> None:
 
 class RunDirOwnership(Callback):
     """Hydra callback (``hydra.callbacks``): claims a single run's folder before Hydra creates it
-    (`claim`), so that an error removes only what this invocation made; ``exclusive``: the
-    training app's lock and its refusal of folders that are not runs; ``lock``: the lock alone
-    (the SeqDrift app). A sweep's job reads the same two settings (`robustnlu.cli.run_or_exit`)."""
+    (`claim`), so that an error removes only what this invocation made; ``exclusive``: the lock
+    and the refusal of folders that are not this app's runs (training, the SeqDrift app);
+    ``outputs``: the files an app writes anew into its folder each launch (the SeqDrift app's
+    split). A sweep's job reads the same settings (`robustnlu.cli.run_or_exit`)."""
 
-    def __init__(self, exclusive: bool = False, lock: bool = False):
+    def __init__(self, exclusive: bool = False, outputs: Sequence[str] | None = None):
         self.exclusive = exclusive
-        self.lock = lock
+        self.outputs = None if outputs is None else list(outputs)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
-            claim(config.hydra.run.dir, self.exclusive, before_creation=True, lock=self.lock)
+            claim(config.hydra.run.dir, self.exclusive, before_creation=True, outputs=self.outputs)
         except ConfigError as err:  # Hydra turns a callback's exceptions into warnings: exit here
             exit_with_error(err)
 

@@ -115,15 +115,16 @@ def file_bytes(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
 
 
-def another_hydra_apps_output(run_dir: Path) -> Path:
+def another_hydra_apps_output(run_dir: Path, multirun: bool = False) -> Path:
     """``run_dir`` as a Hydra app that is not robustnlu's leaves it after a run that wrote nothing
-    of its own (``+lr=0.1``): Hydra's ``.hydra/`` record and its log. A real Hydra app, run in a
-    subprocess from ``run_dir``'s parent (~1 s)."""
+    of its own (``+lr=0.1``): Hydra's ``.hydra/`` record and its log; ``multirun``: after a sweep
+    (``-m +lr=0.1,0.2``) into ``run_dir``: Hydra's ``multirun.yaml`` and its jobs' folders ``0/``
+    and ``1/``. A real Hydra app, run in a subprocess from ``run_dir``'s parent (~1 s)."""
     app = run_dir.parent / "other_app.py"
     app.parent.mkdir(parents=True, exist_ok=True)
     app.write_text("import hydra\n\n\n@hydra.main(version_base=None)\ndef main(cfg):\n    pass\n\n\nmain()\n")
-    subprocess.run([sys.executable, str(app), f"hydra.run.dir={run_dir}", "+lr=0.1"], cwd=app.parent, check=True,
-                   capture_output=True)
+    args = ["-m", f"hydra.sweep.dir={run_dir}", "+lr=0.1,0.2"] if multirun else [f"hydra.run.dir={run_dir}", "+lr=0.1"]
+    subprocess.run([sys.executable, str(app), *args], cwd=app.parent, check=True, capture_output=True)
     return run_dir
 
 

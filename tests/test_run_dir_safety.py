@@ -110,8 +110,8 @@ def test_a_new_run_into_another_hydra_apps_output_is_refused_and_changes_nothing
     other = another_hydra_apps_output(tmp_path / "other")
     before = snapshot(other)
     line = one_error(run_cli(small(sample, tmp_path, other), cwd=tmp_path))
-    assert line == (f"error: hydra.run.dir: {other} holds files (.hydra/ of another Hydra app) and is not a robustnlu "
-                    "run directory; a run needs a new or empty folder, or its own run directory with resume=true")
+    assert line == (f"error: hydra.run.dir: {other} holds files (.hydra/ of another Hydra app, other_app.log) and is not "
+                    "a robustnlu run directory; a run needs a new or empty folder, or its own run directory with resume=true")
     assert snapshot(other) == before
 
 
@@ -148,8 +148,8 @@ def test_a_sweep_into_a_folder_of_the_users_is_refused_before_anything_is_writte
     (docs / "multirun.yaml").write_text("the user's own Hydra sweep\n")  # the sweeper wrote its own over it
     before = snapshot(docs)
     line = one_error(run_cli(["-m", *small(sample, tmp_path, "unused"), f"hydra.sweep.dir={docs}"], cwd=tmp_path))
-    assert line == (f"error: hydra.sweep.dir: {docs} holds files (notes.txt) and is not a sweep directory; a sweep "
-                    "needs a new or empty folder, or its own sweep directory")
+    assert line == (f"error: hydra.sweep.dir: {docs} holds files (multirun.yaml of another Hydra app, notes.txt) and is "
+                    "not a sweep directory; a sweep needs a new or empty folder, or its own sweep directory")
     assert snapshot(docs) == before
 
 

@@ -14,15 +14,21 @@ import time
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from integration_helpers import CONF, another_hydra_apps_output, file_bytes
 from robustnlu.errors import ConfigError
 from robustnlu.resume import RelocatableModelCheckpoint
-from robustnlu.rundir_claim import CLAIMS, claim, undo, unclaim
+from robustnlu.rundir_claim import CLAIMS, RunDirOwnership, claim, undo, unclaim
 from robustnlu.runlock import LOCK_NAME, acquire, holder, release
-from robustnlu.sweep_jobs import changed_settings, flatten
+from robustnlu.seqdrift.artifact import SPLIT_FILE, STATS_FILE, STATS_TABLE_FILE
+from robustnlu.seqdrift.entries import SUMS_FILE
+from robustnlu.sweep_jobs import MULTIRUN_FILE, changed_settings, flatten
+
+#: what ``python -m robustnlu.seqdrift`` writes into its folder besides Hydra's files
+SEQDRIFT_FILES = (SPLIT_FILE, STATS_FILE, SUMS_FILE, STATS_TABLE_FILE)
 
 
 @pytest.fixture(autouse=True)
@@ -30,6 +36,18 @@ def no_claims_left():
     yield
     for path in list(CLAIMS):
         unclaim(path)
+
+
+def composed(config: str, *overrides: str) -> DictConfig:
+    """The config of the robustnlu app ``config`` (conf/<config>.yaml) with Hydra's settings, as its
+    Hydra app composes it (the one its ``.hydra/hydra.yaml`` and a sweep's ``multirun.yaml`` record)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name=config, overrides=list(overrides), return_hydra_config=True)
+
+
+def owner(cfg: DictConfig) -> RunDirOwnership:
+    """The `RunDirOwnership` callback of the app whose config is ``cfg`` (`composed`), as Hydra makes it."""
+    return instantiate(cfg.hydra.callbacks.run_dir)
 
 
 def test_a_new_folder_is_removed_with_the_parents_it_needed_and_no_other(tmp_path):
@@ -72,7 +90,7 @@ def test_an_existing_run_keeps_everything_but_what_the_invocation_added_and_gets
 def test_a_job_folder_of_unknown_history_is_removed_only_if_it_holds_nothing_but_hydras_files(tmp_path):
     job = tmp_path / "job"
     (job / ".hydra").mkdir(parents=True)
-    (job / "robustnlu.log").write_text("")
+    (job / "__main__.log").write_text("")
     undo(job, keep=False)  # never claimed: a job of a launcher in another process
     assert not job.exists()
     (job / ".hydra").mkdir(parents=True)
@@ -111,15 +129,14 @@ def test_a_folder_holding_another_hydra_apps_record_is_refused_and_one_of_robust
     other = another_hydra_apps_output(tmp_path / "other")
     before = file_bytes(other)
     assert sorted(before) == [".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "other_app.log"]
-    with pytest.raises(ConfigError, match=r"holds files \(\.hydra/ of another Hydra app\) and is not a robustnlu run"):
+    with pytest.raises(ConfigError, match=r"holds files \(\.hydra/ of another Hydra app, other_app\.log\) and is not a robustnlu run"):
         claim(other, exclusive=True, before_creation=True)
     assert file_bytes(other) == before
     claim(other, exclusive=False, before_creation=True)  # the other apps may write beside files
     for config in ("config", "seqdrift"):
         ours = tmp_path / config
         (ours / ".hydra").mkdir(parents=True)
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            settings = compose(config_name=config, return_hydra_config=True).hydra
+        settings = composed(config).hydra
         (ours / ".hydra" / "hydra.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create({"hydra": settings})))
         claim(ours, exclusive=True, before_creation=True)
     (tmp_path / "empty" / ".hydra").mkdir(parents=True)
@@ -130,27 +147,98 @@ def test_a_folder_holding_another_hydra_apps_record_is_refused_and_one_of_robust
         claim(tmp_path / "cut", exclusive=True, before_creation=True)
 
 
-def test_a_lock_alone_accepts_a_folder_of_files_but_not_one_another_live_process_holds(tmp_path):
-    """``lock=True`` without ``exclusive`` (the SeqDrift app, whose job writes its split into its
-    folder again): the folder's files are no reason to refuse it, a live holder is; the lock is
-    released at the end, and an error removes it with what the invocation added."""
-    job = tmp_path / "job"
-    job.mkdir()
-    (job / "split.json").write_text("{}")  # an earlier launch's split
-    claim(job, exclusive=False, before_creation=True, lock=True)
+def test_the_seqdrift_app_refuses_another_apps_output_and_a_users_files_and_writes_its_own_folder_again(
+        tmp_path, capsys):
+    """conf/seqdrift.yaml's callback claims the folder as training's does (`claim`, ``exclusive``): a
+    folder holding another Hydra app's record, or a file of the user's, is one line, exit 2, and left
+    as it was; a folder of an earlier launch (the split's files, Hydra's record and log) is its own
+    and is written again, as a sweep's job is when its sweep is launched again. The lock is taken
+    and released, and a live holder is refused."""
+    other = another_hydra_apps_output(tmp_path / "other")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "notes.txt").write_text("the user's\n")
+    for folder, listed in ((other, ".hydra/ of another Hydra app, other_app.log"), (docs, "notes.txt")):
+        before = file_bytes(folder)
+        cfg = composed("seqdrift", f"hydra.run.dir={folder}")
+        with pytest.raises(SystemExit) as ended:
+            owner(cfg).on_run_start(cfg)
+        assert ended.value.code == 2
+        assert capsys.readouterr().err == (f"error: hydra.run.dir: {folder} holds files ({listed}) and is not a "
+                                           "robustnlu run directory; a run needs a new or empty folder, or its own run "
+                                           "directory\n")
+        assert file_bytes(folder) == before
+    earlier = tmp_path / "earlier"
+    (earlier / ".hydra").mkdir(parents=True)
+    cfg = composed("seqdrift", f"hydra.run.dir={earlier}")
+    (earlier / ".hydra" / "hydra.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create({"hydra": cfg.hydra})))
+    for name in (*SEQDRIFT_FILES, "seqdrift.log"):
+        (earlier / name).write_text("an earlier launch's\n")
+    owner(cfg).on_run_start(cfg)
+    assert holder(earlier)["pid"] == os.getpid()
+    owner(cfg).on_run_end(cfg)
+    assert holder(earlier) is None
+    job = tmp_path / "job"  # a sweep's job launched again: its folder holds its own record and split
+    (job / ".hydra").mkdir(parents=True)
+    (job / SPLIT_FILE).write_text("{}")
+    settings = cfg.hydra.callbacks.run_dir
+    claim(job, settings.exclusive, before_creation=False, outputs=settings.outputs)
     assert holder(job)["pid"] == os.getpid()
     unclaim(job)
-    assert sorted(p.name for p in job.iterdir()) == ["split.json"]
-    claim(job, exclusive=False, before_creation=True, lock=True)
-    (job / "stats.json").write_text("{}")
-    undo(job, keep=False)
-    assert sorted(p.name for p in job.iterdir()) == ["split.json"]
+    assert sorted(p.name for p in job.iterdir()) == [".hydra", SPLIT_FILE]
     (job / LOCK_NAME).write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname()}))
     with pytest.raises(ConfigError, match=f"is in use by process {os.getppid()}"):
-        claim(job, exclusive=False, before_creation=False, lock=True)
-    assert sorted(p.name for p in job.iterdir()) == [LOCK_NAME, "split.json"]
+        claim(job, settings.exclusive, before_creation=False, outputs=settings.outputs)
+    assert sorted(p.name for p in job.iterdir()) == [".hydra", LOCK_NAME, SPLIT_FILE]
+    assert sorted(settings.outputs) == sorted(SEQDRIFT_FILES)
     claim(tmp_path / "free", exclusive=False, before_creation=True)  # the other apps take no lock
     assert holder(tmp_path / "free") is None
+
+
+def test_a_sweep_into_another_hydra_apps_multirun_is_refused_and_one_of_robustnlus_is_not(tmp_path, capsys):
+    """Hydra's ``multirun.yaml`` is a sweep's own file only where a robustnlu sweep wrote it (its
+    settings name `RunDirOwnership`): the sweeper would write its own over another app's. Refused
+    before anything is written; each robustnlu app's record, as its sweeper writes it, is its own
+    (the product sweeper keeps it as ``.multirun/<n>.yaml``)."""
+    other = another_hydra_apps_output(tmp_path / "other", multirun=True)
+    before = file_bytes(other)
+    assert MULTIRUN_FILE in before and "0/.hydra/hydra.yaml" in before and "1/.hydra/hydra.yaml" in before
+    for config in ("config", "seqdrift"):
+        cfg = composed(config, f"hydra.sweep.dir={other}")
+        with pytest.raises(SystemExit) as ended:
+            owner(cfg).on_multirun_start(cfg)
+        assert ended.value.code == 2
+        assert capsys.readouterr().err == (f"error: hydra.sweep.dir: {other} holds files ({MULTIRUN_FILE} of another "
+                                           "Hydra app) and is not a sweep directory; a sweep needs a new or empty "
+                                           "folder, or its own sweep directory\n")
+        assert file_bytes(other) == before
+        ours = tmp_path / config
+        ours.mkdir()
+        cfg = composed(config, f"hydra.sweep.dir={ours}")
+        (ours / MULTIRUN_FILE).write_text(OmegaConf.to_yaml(cfg))  # as the product sweeper writes it
+        owner(cfg).on_multirun_start(cfg)
+        assert sorted(p.name for p in ours.iterdir()) == [MULTIRUN_FILE]
+
+
+def test_a_users_log_file_is_foreign_and_never_removed(tmp_path):
+    """Only Hydra's job logs of robustnlu's apps (``__main__.log``, ``seqdrift.log``, ``evaluate.log``)
+    are robustnlu's: a user's ``notes.log`` makes a folder one with files, stays where a job folder of
+    unknown history is cleaned up, and stays where an error restores a resumable run's Hydra files."""
+    notes = tmp_path / "notes"
+    (notes / ".hydra").mkdir(parents=True)
+    (notes / "notes.log").write_text("the user's\n")
+    with pytest.raises(ConfigError, match=r"holds files \(notes\.log\) and is not a robustnlu run"):
+        claim(notes, exclusive=True, before_creation=True)
+    undo(notes, keep=False)  # never claimed: a job of a launcher in another process
+    assert (notes / "notes.log").read_text() == "the user's\n"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "status.json").write_text('{"state": "interrupted"}')
+    claim(run, exclusive=True, before_creation=True)
+    (run / "__main__.log").write_text("Hydra's\n")
+    (run / "notes.log").write_text("the user's, written meanwhile\n")
+    undo(run, keep=True)
+    assert sorted(p.name for p in run.iterdir()) == ["notes.log", "status.json"]
 
 
 def test_the_lock_names_a_live_holder_takes_over_a_dead_ones_and_is_released_only_by_its_owner(tmp_path, capsys):

@@ -13,9 +13,12 @@ only): it computes the clustering of the selected dataset
 and drift config on this machine and compares it with the shipped canonical one
 (`robustnlu.seqdrift.shipped`): exit 0 if identical, 1 if not (with the adjusted Rand index).
 
-While it runs, the run directory (a sweep's job folder) holds ``run.lock``, the pid and host of
-its process, as a training run's does (conf/seqdrift.yaml's ``hydra.callbacks.run_dir.lock``,
-`robustnlu.rundir_claim`); it is removed when the app ends, so a finished folder holds the files
+The run directory is claimed as a training run's is (conf/seqdrift.yaml's ``hydra.callbacks.run_dir``,
+`robustnlu.rundir_claim.claim`): a folder with files that is not a run of this app (another
+Hydra app's output, a folder of the user's) is refused with one line, exit 2, and left as it
+was; a folder of an earlier launch (its ``outputs``, the files above) is written again. While it
+runs, the run directory (a sweep's job folder) holds ``run.lock``, the pid and host of
+its process; it is removed when the app ends, so a finished folder holds the files
 above and Hydra's, not the lock. ``python -m robustnlu.sweep status`` reads it to tell a running
 job from one whose process is gone; a second process into the same folder is refused with one line
 naming the holder, and the lock of a process of this host that is gone is taken over
