@@ -36,7 +36,7 @@ from pytorch_lightning.loggers import WandbLogger
 
 from robustnlu.data.bio import slot_spans
 from robustnlu.metrics.registry import cluster_metrics
-from robustnlu.resume import flatten
+from robustnlu.rundir_check import flatten
 from robustnlu.seqdrift.split import DriftSplit
 
 #: the most test errors ``errors/test`` holds (a few hundred kB in the run's files)

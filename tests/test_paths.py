@@ -11,7 +11,7 @@ from pathlib import Path
 from integration_helpers import REPO, compose_config, run_cli, write_snips_sample_jsonl
 from robustnlu.data.readers import load_corpus
 from robustnlu.paths import CONF_DIR, DATA_DIR, PROJECT_DIR, relocate_data, shipped_config, upgrade_run_config
-from robustnlu.resume import changed_settings
+from robustnlu.rundir_check import changed_settings
 
 JSONL = ["dataset=jsonl", "dataset.train=mine/train.jsonl", "dataset.valid=mine/valid.jsonl", "dataset.test=mine/test.jsonl"]
 

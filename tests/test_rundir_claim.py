@@ -16,7 +16,8 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from robustnlu.errors import ConfigError
-from robustnlu.resume import RelocatableModelCheckpoint, changed_settings, flatten
+from robustnlu.resume import RelocatableModelCheckpoint
+from robustnlu.rundir_check import changed_settings, flatten
 from robustnlu.rundir_claim import CLAIMS, claim, undo, unclaim
 from robustnlu.runlock import LOCK_NAME, acquire, holder, release
 
