@@ -35,6 +35,7 @@ from pytorch_lightning.accelerators import CUDAAccelerator, MPSAccelerator, XLAA
 from torch import Tensor
 
 from robustnlu.errors import ConfigError
+from robustnlu.hardware import processes_per_node
 from robustnlu.model.jointbert import TaskLosses
 
 
@@ -100,18 +101,6 @@ def gather_task_losses(losses: TaskLosses, pad_values: Mapping[str, float] | Non
     gathered = gather_padded(tensors, [0.0, 0.0, 0.0, *(pad_values.get(k, 0) for k in keys)])
     inputs = {**losses.inputs, **dict(zip(keys, gathered[3:], strict=True))}
     return replace(losses, slot=gathered[0], intent=gathered[1], x_enc=gathered[2], inputs=inputs)
-
-
-def processes_per_node(devices: Any) -> int:
-    """How many processes ``trainer.devices`` starts on a node: an int (-1: every GPU), a list
-    of device ids, or a string ("auto", "2", "0,1")."""
-    if isinstance(devices, str):
-        if devices.strip() in ("auto", "-1"):
-            return torch.cuda.device_count() or 1
-        return len([d for d in devices.split(",") if d.strip()]) if "," in devices else int(devices)
-    if isinstance(devices, int):
-        return (torch.cuda.device_count() or 1) if devices == -1 else devices
-    return len(devices)
 
 
 #: ``trainer.accelerator`` -> what it needs (the devices Lightning takes it to mean: ``gpu`` is

@@ -1,7 +1,9 @@
 """What a run trained on, as its records say it: the CPU's model name (`cpu_model`) and the
 training device (`device_record`: results.json's ``device``; the reproduction report's hardware
 table reads it, so that a run trained on a GPU is not listed under the CPU of its node). torch is
-imported by `device_record` alone: the study runner's command line reads `cpu_model` without it."""
+imported by the functions that need it alone: the study runner's command line reads `cpu_model`
+without it. How many processes a run starts on a node (`processes_per_node`), which the config
+schema reads too, before training imports Lightning."""
 
 from __future__ import annotations
 
@@ -36,3 +38,21 @@ def device_record(device: torch.device, processes: int) -> dict[str, Any]:
     else:  # mps, xla, ...: the kind is what there is to say
         name = device.type
     return {"accelerator": device.type, "name": name, "processes": processes}
+
+
+def processes_per_node(devices: Any) -> int:
+    """How many processes ``trainer.devices`` starts on a node: an int (-1: every GPU), a list
+    of device ids, or a string ("auto", "2", "0,1")."""
+    if isinstance(devices, str):
+        if devices.strip() in ("auto", "-1"):
+            return _gpu_count() or 1
+        return len([d for d in devices.split(",") if d.strip()]) if "," in devices else int(devices)
+    if isinstance(devices, int):
+        return (_gpu_count() or 1) if devices == -1 else devices
+    return len(devices)
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()

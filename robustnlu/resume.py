@@ -11,31 +11,27 @@ ends with the same result (tests/test_kill_and_resume.py kills a run with SIGKIL
 
 `resume_point` decides what a run with ``resume=true`` does in its run directory: return the
 stored result of a run that finished, continue from ``last.ckpt``, or start (nothing there yet).
-Either of the first two only with the settings the run was started with (`check_settings`):
-a resumed run that trained its first epochs with one learning rate or method and the rest with
-another would record settings no run trained with, so any difference in what determines the
-result is refused, unless named in ``+resume_override=[key, ...]`` (then recorded in
-results.json). `RelocatableModelCheckpoint` keeps the model selection of a run directory that
+Either of the first two only with the settings the run was started with, and a new run never
+over an earlier one: `robustnlu.rundir_check` refuses both from the folder's files, before
+training's imports. `RelocatableModelCheckpoint` keeps the model selection of a run directory that
 was moved between the kill and the resume.
 `ResumableCSVLogger` keeps the per-epoch log (``csv/metrics.csv``) of the steps the checkpoint
 holds, so a resumed run's log reads like the uninterrupted run's (Lightning's `CSVLogger`
 deletes the file when it opens it).
 A Slurm job requeued after a timeout or preemption (``SLURM_RESTART_COUNT`` > 0) resumes
-without being asked: submitit requeues it with the same overrides and run directory.
+without being asked (`robustnlu.rundir_check.resumes`).
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lightning_fabric.loggers.logger import rank_zero_experiment
-from omegaconf import OmegaConf
 from pytorch_lightning.callbacks import Checkpoint, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, WandbLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
@@ -44,8 +40,8 @@ from robustnlu.checkpoint import read_checkpoint
 from robustnlu.errors import DataError, ResumeError
 from robustnlu.io import atomic_write_json, atomic_write_text
 from robustnlu.rundir import LAST_CHECKPOINT, RunDir
-from robustnlu.rundir_claim import secondary_process
-from robustnlu.sweep_jobs import changed_settings, under
+from robustnlu.rundir_check import finished, resumes
+
 
 class LastCheckpoint(Checkpoint):
     """``last.ckpt`` for resuming: after each epoch's validation and mid-epoch when due.
@@ -119,11 +115,6 @@ class ResumePoint:
         return where if self.fit_time_s is None else {**where, "fit_time_s": self.fit_time_s}
 
 
-def requeued() -> bool:
-    """A Slurm job that was requeued (timeout, preemption, ``scontrol requeue``)."""
-    return int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0
-
-
 class ResumableCSVLogger(CSVLogger):
     """Lightning's `CSVLogger` that continues a resumed run's ``metrics.csv``: it keeps the rows
     logged before ``resume_step`` (the global step of the checkpoint the run resumes from: the
@@ -175,14 +166,12 @@ class ContinuedExperimentWriter(ExperimentWriter):
 
 
 def resume_point(out_dir: Path, resume: bool) -> ResumePoint:
-    """Where a run in ``out_dir`` starts: from scratch unless ``resume`` (or a Slurm requeue),
-    and from scratch only in a folder that holds no earlier run's results or checkpoints
-    (`refuse_earlier_run`)."""
+    """Where a run in ``out_dir`` starts: from scratch unless ``resume`` (or a Slurm requeue); a
+    folder that `robustnlu.rundir_check.check_run_dir` has let the run into."""
     run = RunDir(out_dir)
-    if not (resume or requeued()):
-        refuse_earlier_run(run)
+    if not resumes(resume):
         return ResumePoint()
-    if run.finished() and (run.status() or {}).get("state") == "finished":
+    if finished(run):
         return ResumePoint(results=run.results())
     last = run.last_checkpoint
     if not last.is_file():
@@ -194,25 +183,6 @@ def resume_point(out_dir: Path, resume: bool) -> ResumePoint:
     clock = (meta.get("callbacks") or {}).get(LastCheckpoint.__qualname__) or {}
     return ResumePoint(checkpoint=last, global_step=int(meta["global_step"]), epoch=int(meta["epoch"]),
                        fit_time_s=clock.get("fit_time_s"))
-
-
-def refuse_earlier_run(run: RunDir) -> None:
-    """A new run (no ``resume=true``) never writes over an earlier one: a folder holding a
-    finished run's ``results.json`` or an unfinished run's checkpoints is refused with
-    `ResumeError` (the folder is kept as it is). A folder with only a failed job's record, or a
-    run killed before its first checkpoint, has nothing to lose and is started in. Lightning's
-    DDP processes after the first re-run the command once the first has started: not asked."""
-    if secondary_process():
-        return
-    checkpoints = sorted(run.last_checkpoint.parent.glob("*.ckpt"))
-    if run.finished():
-        found = f"a finished run ({run.results_file.name}); resume=true returns its result"
-    elif checkpoints:
-        shown = LAST_CHECKPOINT if run.last_checkpoint in checkpoints else checkpoints[-1].relative_to(run.path)
-        found = f"an unfinished run ({shown}); resume=true continues it"
-    else:
-        return
-    raise ResumeError(f"hydra.run.dir: {run.path} holds {found}; a new run needs a new or empty folder")
 
 
 def discard_last_checkpoint(out_dir: Path) -> None:
@@ -235,29 +205,6 @@ def record_wandb_run(out_dir: Path, trainer) -> None:
             run = lg.experiment
             atomic_write_json(RunDir(out_dir).wandb_file, {"id": run.id, "name": run.name,
                                                            "dir": str(Path(run.dir).parent), "run_dir": str(out_dir)})
-
-
-def check_settings(out_dir: Path, current: dict[str, Any], allowed: list[str]) -> dict[str, dict[str, Any]]:
-    """Refuse (`ResumeError`, one line listing the keys) to continue or return the run in
-    ``out_dir`` with settings other than those it was started with (its ``config.yaml``), except
-    the keys under ``allowed`` (``+resume_override``); returns those that changed,
-    ``{key: {"stored": ..., "now": ...}}``, for results.json."""
-    run = RunDir(out_dir)
-    if not run.config_file.is_file():
-        raise ResumeError(f"resume=true: {out_dir} has no {run.config_file.name} to tell which settings its run was "
-                          "started with; it cannot be continued (start it afresh in a new folder)")
-    try:
-        stored = OmegaConf.to_container(run.config(), resolve=False)
-    except DataError as err:
-        raise ResumeError(f"resume=true: {err}; it cannot be continued") from None
-    changed = changed_settings(stored, current)
-    refused = {k: v for k, v in changed.items() if not under(k, allowed)}
-    if refused:
-        shown = "; ".join(f"{k}: {v[0]!r} -> {v[1]!r}" for k, v in list(refused.items())[:6])
-        more = f" and {len(refused) - 6} more" if len(refused) > 6 else ""
-        raise ResumeError(f"resume=true: {out_dir} was started with other settings ({shown}{more}); resume with its "
-                          "settings (its config.yaml), or allow a key to change with +resume_override=[key,...]")
-    return {k: {"stored": v[0], "now": v[1]} for k, v in changed.items()}
 
 
 class RelocatableModelCheckpoint(ModelCheckpoint):

@@ -51,7 +51,7 @@ from robustnlu.paths import upgrade_run_config
 #: settings that do not change what a run computes: where it writes and caches, how it logs and
 #: shows progress, how often it saves last.ckpt, which metric ``python -m robustnlu`` returns,
 #: whether it resumes: left out of a job's identity, and of the settings two run configs are compared
-#: in (`changed_settings`: what a resumed run may differ in, `robustnlu.resume.check_settings`, and
+#: in (`changed_settings`: what a resumed run may differ in, `robustnlu.rundir_check.check_settings`, and
 #: the runs one mean of a study report pools, `robustnlu.analysis.runs.check_one_setting`)
 NEUTRAL_SETTINGS = ("resume", "resume_override", "keep_last_checkpoint", "optimized_metric", "paths", "logger",
                     "callbacks.progress_bar", "callbacks.last_checkpoint", "callbacks.lr_monitor",

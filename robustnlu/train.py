@@ -64,8 +64,8 @@ from robustnlu.rundir import RunDir, status_record
 from robustnlu.rundir_claim import unclaim
 from robustnlu.scenario import Scenario
 from robustnlu.sweep_jobs import RELAUNCHABLE_SWEEPERS
-from robustnlu.resume import (ResumableCSVLogger, ResumePoint, check_settings, discard_last_checkpoint, record_wandb_run,
-                              resume_point)
+from robustnlu.resume import ResumableCSVLogger, ResumePoint, discard_last_checkpoint, record_wandb_run, resume_point
+from robustnlu.rundir_check import check_run_dir
 from robustnlu.seqdrift.pipeline import make_drift_split
 from robustnlu.seqdrift.shipped import SHIPPED_DIR
 from robustnlu.seqdrift.split import DriftSplit
@@ -290,10 +290,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if HydraConfig.initialized():  # from the command line (not when a test composes the config)
         hydra = HydraConfig.get()
         check_launch(cfg.trainer, hydra.mode == RunMode.MULTIRUN, hydra.launcher)
+    overridden = check_run_dir(cfg)
     resume = resume_point(out_dir, cfg.get("resume", False))
-    overridden = None
-    if resume.results is not None or resume.checkpoint is not None:
-        overridden = check_settings(out_dir, OmegaConf.to_container(cfg, resolve=True), list(cfg.get("resume_override") or []))
     if resume.results is not None:
         unclaim(out_dir, restore=True)  # nothing in the finished run is rewritten
         print(f"resume=true: the run in {out_dir} has finished; its stored results.json is the result")
@@ -326,7 +324,7 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
                      resume: ResumePoint = ResumePoint(), overridden: dict[str, Any] | None = None) -> dict[str, Any]:
     """Fit (from ``resume.checkpoint`` if there is one), validate and test the best
     checkpoint, score the suites, write the run record (``overridden``: the settings a resumed
-    run changed, `robustnlu.resume.check_settings`)."""
+    run changed, `robustnlu.rundir_check.check_settings`)."""
     corpus, drift_split, datamodule, module, augmentation, protocol, callbacks = parts
     config = OmegaConf.to_container(cfg, resolve=True)
     if rank_zero_only.rank == 0:

@@ -17,10 +17,11 @@ from robustnlu.cli import compose_run_config, group_value_problem
 from robustnlu.config_schema import check_config, schema
 from robustnlu.config_spec import MISSING, Interval, Node, Rule, Seq, choice, integer, number, text
 from robustnlu.errors import ConfigError
+from test_usage_errors import TRAINING_ONLY, imported
 
 
 def error_lines(stderr: str) -> list[str]:
-    return [ln for ln in stderr.splitlines() if ln.strip()]
+    return [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith("import time:")]
 
 
 def files_under(folder: Path) -> list[Path]:
@@ -220,13 +221,22 @@ OTHER_ENTRY_POINTS = {
     "efficiency study": ("robustnlu.efficiency.study", ["empty", "--out", "eff"], "error: "),
 }
 
+#: cases refused before the imports of training (`TRAINING_ONLY`), read from the imports Python
+#: reports with ``-X importtime``
+BEFORE_TRAINING_IMPORTS = {"efficiency bad value"}
+
 
 @pytest.mark.parametrize("case", sorted(OTHER_ENTRY_POINTS))
 def test_every_entry_point_reports_a_user_error_on_one_line_with_exit_2(tmp_path, case):
     module, args, expected = OTHER_ENTRY_POINTS[case]
     (tmp_path / "empty").mkdir()
-    proc = run_cli(args, cwd=tmp_path, module=module)
+    watched = case in BEFORE_TRAINING_IMPORTS
+    proc = run_cli(args, cwd=tmp_path, env={"PYTHONPROFILEIMPORTTIME": "1"} if watched else None, module=module)
     assert proc.returncode == 2, proc.stderr[-3000:]
+    if watched:
+        modules = imported(proc.stderr)
+        assert "robustnlu.config_schema" in modules  # the import lines are there to read
+        assert sorted({m.split(".")[0] for m in modules} & TRAINING_ONLY) == []
     (line,) = error_lines(proc.stderr)
     assert line.startswith(expected)
     assert files_under(tmp_path) == [tmp_path / "empty"]

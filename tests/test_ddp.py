@@ -20,7 +20,8 @@ from pytorch_lightning.accelerators import CUDAAccelerator, MPSAccelerator, XLAA
 
 from integration_helpers import FAST, SMALL_DRIFT, compose_config, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu.data.datamodule import ShuffledBatchSampler
-from robustnlu.distributed import check_launch, gather_padded, processes_per_node
+from robustnlu.distributed import check_launch, gather_padded
+from robustnlu.hardware import processes_per_node
 from robustnlu.errors import ConfigError
 from robustnlu.module import STEP_LOSS
 from robustnlu.train import run

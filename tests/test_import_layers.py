@@ -59,7 +59,7 @@ LAYERS: list[list[str]] = [
     ["groups", "adversary", "optim", "distributed"],
     ["robust"],
     ["module", "predict", "predictor"],
-    ["config_schema", "cli", "rundir_claim"],
+    ["config_schema", "cli", "rundir_claim", "rundir_check"],
     ["train", "progress", "dashboard", "evaluate", "resume", "efficiency.protocol", "efficiency.adapt"],
     ["analysis", "report", "hpo", "efficiency.study", "efficiency.report", "efficiency.plot", "sweep_state", "sweep", "studies"],
     ["studies.seqdrift_dro"],

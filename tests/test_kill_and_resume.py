@@ -13,11 +13,13 @@ import time
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from integration_helpers import FAST, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu.checkpoint import HYPER_PARAMETERS
 from robustnlu.errors import ResumeError
 from robustnlu.resume import LastCheckpoint, ResumePoint, resume_point
+from robustnlu.rundir_check import check_run_dir
 
 STEPS_PER_EPOCH = 15  # 240 training utterances in batches of 16
 #: a learning rate at which 3 epochs of the tiny encoder learn something (with FAST's 5e-3 the
@@ -139,13 +141,21 @@ def test_a_run_stopped_by_ctrl_c_says_so_and_how_to_continue_it(sample, tmp_path
     assert read(run_dir, "results.json")["resumed_from"]["global_step"] == 20  # the mid-epoch save after step 20
 
 
+def settings(run_dir, resume):
+    """A run config naming ``run_dir`` as `check_run_dir` reads it (no config.yaml there: a resume is refused)."""
+    return OmegaConf.create({"paths": {"output_dir": str(run_dir)}, "resume": resume})
+
+
 def test_without_resume_a_run_starts_from_scratch_only_where_no_checkpoint_is(run_dir, monkeypatch):
     monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
     with pytest.raises(ResumeError, match=r"holds an unfinished run \(checkpoints/last.ckpt\); resume=true continues it"):
-        resume_point(run_dir, resume=False)
+        check_run_dir(settings(run_dir, resume=False))
+    with pytest.raises(ResumeError, match="has no config.yaml to tell which settings its run was started with"):
+        check_run_dir(settings(run_dir, resume=True))
     assert resume_point(run_dir, resume=True) == ResumePoint(checkpoint=run_dir / "checkpoints" / "last.ckpt",
                                                             global_step=7, epoch=0)
     for resume in (False, True):  # nothing there yet: start
+        assert check_run_dir(settings(run_dir / "elsewhere", resume)) is None
         assert resume_point(run_dir / "elsewhere", resume=resume) == ResumePoint()
 
 
@@ -170,7 +180,7 @@ def test_a_requeued_slurm_job_resumes_without_being_asked(run_dir, monkeypatch):
     assert resume_point(run_dir, resume=False).global_step == 7
     monkeypatch.setenv("SLURM_RESTART_COUNT", "0")  # the first start of a job: a new run, refused over a checkpoint
     with pytest.raises(ResumeError, match="holds an unfinished run"):
-        resume_point(run_dir, resume=False)
+        check_run_dir(settings(run_dir, resume=False))
 
 
 def test_a_finished_run_is_not_resumed_but_an_unfinished_one_is(run_dir):

@@ -1,7 +1,8 @@
 """A run directory is owned (robustnlu/rundir_claim.py, robustnlu/runlock.py) and a resumed run
-continues with the settings it was started with (robustnlu/resume.py `check_settings`): no error
+continues with the settings it was started with (robustnlu/rundir_check.py `check_settings`): no error
 removes a folder or file the invocation did not make, no resume records settings it did not train
-with, two processes never train in one folder. Through the CLI, as users meet it."""
+with, two processes never train in one folder; a folder refused for what it holds is refused before
+the imports of training (`refused_at_once`). Through the CLI, as users meet it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import time
 import pytest
 
 from integration_helpers import FAST, another_hydra_apps_output, cli_env, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from test_usage_errors import TRAINING_ONLY, imported
 
 
 def snapshot(folder):
@@ -30,6 +32,16 @@ def one_error(proc) -> str:
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, proc.stderr[-3000:]
     return errors[0]
+
+
+def refused_at_once(args, cwd) -> str:
+    """The one error line of a run refused for what its folder holds, which came before the imports
+    of training (`TRAINING_ONLY`, read with ``-X importtime``; `robustnlu.rundir_check`)."""
+    proc = run_cli(args, cwd, {"PYTHONPROFILEIMPORTTIME": "1"})
+    modules = imported(proc.stderr)
+    assert "robustnlu.rundir_check" in modules  # the import lines are there to read
+    assert sorted({m.split(".")[0] for m in modules} & TRAINING_ONLY) == []
+    return one_error(proc)
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +136,7 @@ def test_a_new_run_into_an_earlier_run_is_refused_and_changes_nothing(sample, tm
     # trained from scratch there, over the finished run's results and the killed run's last.ckpt
     run_dir = copy_of(request.getfixturevalue(earlier), tmp_path)
     before = snapshot(run_dir)
-    line = one_error(run_cli(small(sample, tmp_path, run_dir, "method=topk"), cwd=tmp_path))
+    line = refused_at_once(small(sample, tmp_path, run_dir, "method=topk"), tmp_path)
     assert line == f"error: hydra.run.dir: {run_dir} holds {held}; a new run needs a new or empty folder"
     assert snapshot(run_dir) == before
 
@@ -191,7 +203,7 @@ def test_resume_with_other_settings_is_refused_naming_them_and_changes_nothing(s
                                                                                 listed):
     run_dir = copy_of(killed_run, tmp_path)
     before = snapshot(run_dir)
-    line = one_error(run_cli(small(sample, tmp_path, run_dir, "resume=true", *extra), cwd=tmp_path))
+    line = refused_at_once(small(sample, tmp_path, run_dir, "resume=true", *extra), tmp_path)
     assert line.startswith(f"error: resume=true: {run_dir} was started with other settings (")
     assert listed in line and line.endswith("allow a key to change with +resume_override=[key,...]")
     assert snapshot(run_dir) == before
@@ -201,7 +213,7 @@ def test_resume_with_another_dataset_is_refused_before_loading_the_checkpoint(sa
     run_dir = copy_of(killed_run, tmp_path)
     before = snapshot(run_dir)
     other = write_snips_sample_jsonl(tmp_path / "other", n_train=40, n_eval=16)
-    line = one_error(run_cli(small(other, tmp_path, run_dir, "resume=true"), cwd=tmp_path))
+    line = refused_at_once(small(other, tmp_path, run_dir, "resume=true"), tmp_path)
     assert "dataset.train: " in line and "was started with other settings" in line
     assert snapshot(run_dir) == before
 
@@ -209,8 +221,8 @@ def test_resume_with_another_dataset_is_refused_before_loading_the_checkpoint(sa
 def test_a_finished_run_asked_with_other_settings_is_refused_and_not_rewritten(sample, finished_run, tmp_path):
     run_dir = copy_of(finished_run, tmp_path)
     before = snapshot(run_dir)
-    line = one_error(run_cli(small(sample, tmp_path, run_dir, "resume=true", "method=topk", "seed=1",
-                                   "optimizer.lr=1e-3"), cwd=tmp_path))
+    line = refused_at_once(small(sample, tmp_path, run_dir, "resume=true", "method=topk", "seed=1", "optimizer.lr=1e-3"),
+                           tmp_path)
     for key in ("method._target_", "method.name", "optimizer.lr", "seed"):
         assert f"{key}: " in line
     assert snapshot(run_dir) == before

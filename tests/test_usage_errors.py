@@ -57,6 +57,10 @@ HELP = [*((module, ("--help",)) for module in COMMANDS),
 ANSWERED = [*((module, arguments) for module, arguments, _ in CASES), *HELP]
 #: the packages a command imports for its work only, after its command line is read
 HEAVY = frozenset({"torch", "torchmetrics", "pytorch_lightning", "lightning", "lightning_fabric", "transformers"})
+#: those but torch: what a training config's check does not import (it imports torch with the
+#: method's class, which declares the method's hyper-parameters), so a value or a run directory it
+#: refuses is refused before them (tests/test_config_schema.py, tests/test_run_dir_safety.py)
+TRAINING_ONLY = HEAVY - {"torch"}
 
 
 def test_the_commands_are_found():

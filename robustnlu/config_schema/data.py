@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from robustnlu.config_spec import (
-    AT_LEAST_1, NON_NEGATIVE, PROBABILITY, SEED, FalseOr, FolderName, Importable, MapOf, Node, Rule, Seq, Variants, by_target, choice,
+    AT_LEAST_1, NON_NEGATIVE, PROBABILITY, SEED, FalseOr, FolderName, MapOf, Node, Rule, Seq, Variants, by_target, choice,
     flag, instance, integer, number, text)
 
 
@@ -83,10 +83,12 @@ def augment() -> Node:
 
 
 def efficiency() -> Node:
-    """conf/efficiency/topv2.yaml (paper 003; robustnlu/efficiency/subsets.py)."""
+    """conf/efficiency/topv2.yaml (paper 003; robustnlu/efficiency/subsets.py): the shipped
+    protocol's keys, checked without importing it (and Lightning with it), so that a bad value is
+    refused at once; another protocol class that imports, with its own keys."""
     from robustnlu.efficiency.subsets import TOPV2_DOMAINS
 
-    return Node({"_target_": Importable(), "percent": number("[0, 100]"), "mode": choice("joint", "adapt"), "init_from": text(null=True),
-                 "sources": Seq(choice(*TOPV2_DOMAINS), min_length=1, null=True),
-                 "source_limit": integer(AT_LEAST_1, null=True), "valid": choice("same", "full"),
-                 "subset_seed": integer(SEED)}, null=True)
+    return by_target((instance("robustnlu.efficiency.protocol.EfficiencyProtocol", {
+        "percent": number("[0, 100]"), "mode": choice("joint", "adapt"), "init_from": text(null=True),
+        "sources": Seq(choice(*TOPV2_DOMAINS), min_length=1, null=True), "source_limit": integer(AT_LEAST_1, null=True),
+        "valid": choice("same", "full"), "subset_seed": integer(SEED)}, checked_only=True),), null=True)

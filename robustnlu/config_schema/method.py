@@ -70,7 +70,7 @@ def objective_batch(cfg: Mapping[str, Any]) -> tuple[int, str]:
     ``data.batch_size`` per process times the processes (``trainer.devices`` per node times
     ``trainer.num_nodes``), whose parts `robustnlu.distributed.gather_task_losses` joins into
     one global batch."""
-    from robustnlu.distributed import processes_per_node
+    from robustnlu.hardware import processes_per_node
 
     size, trainer = cfg["data"]["batch_size"], cfg["trainer"]
     world = processes_per_node(trainer["devices"]) * trainer.get("num_nodes", 1)
@@ -97,11 +97,14 @@ def ratio_layers_rule(layers: Callable[[Mapping[str, Any]], int | None] = encode
     """R-PDRO's ratio adversary keeps the first ``n_layers`` of the SLU encoder's layers: at most
     all of them, ``layers(cfg["encoder"])`` (None: not known, not checked). Before the run that
     is `encoder_layers`, read from local files; the run checks again with the encoder it loaded
-    (`robustnlu.config_schema.check_loaded_encoder`)."""
-    from robustnlu.adversary.ratio import RatioAdversary
-
+    (`robustnlu.config_schema.check_loaded_encoder`). The adversary's module (transformers) is
+    imported for a method with an adversary only: a config error of another comes at once."""
     def fits(cfg: Mapping[str, Any], _: Any) -> bool:
         adversary = cfg["method"].get("adversary")
+        if adversary is None:
+            return True
+        from robustnlu.adversary.ratio import RatioAdversary
+
         known = layers(cfg["encoder"]) if builds(adversary, RatioAdversary) else None
         return known is None or adversary["n_layers"] <= known
 

@@ -74,7 +74,7 @@ def callbacks() -> MapOf:
     return MapOf(by_target((
         instance("robustnlu.resume.RelocatableModelCheckpoint", {
             "dirpath": text(), "filename": text(), "monitor": text(), "mode": mode,
-            "auto_insert_metric_name": flag(), "save_last": flag()}),
+            "auto_insert_metric_name": flag(), "save_last": flag(), "save_weights_only": flag()}),
         instance("robustnlu.resume.LastCheckpoint", {
             "dirpath": text(), "every_minutes": number(POSITIVE, null=True),
             "every_n_train_steps": integer(AT_LEAST_1, null=True)},

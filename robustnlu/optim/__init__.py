@@ -15,7 +15,6 @@ from typing import Any
 import torch
 from hydra.utils import instantiate
 from torch import nn
-from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
 #: parameters without weight decay (JointBERT / BERT fine-tuning convention)
 NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias")
@@ -40,6 +39,9 @@ def build_optimizer(config: Mapping[str, Any], model: nn.Module, total_steps: Ca
     factory called with ``model``, then ``warmup_steps`` of linear warm-up and, with
     ``linear_decay`` (default true), linear decay to 0 over ``total_steps()`` (only called then;
     0 steps: constant), else a constant rate."""
+    # transformers here, not above: the config check imports this package to check ``_target_``
+    from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
+
     factory = instantiate({k: v for k, v in config.items() if k not in NOT_FACTORY_ARGUMENTS})
     optimizer: torch.optim.Optimizer = factory(model)
     total = total_steps() if config.get("linear_decay", True) else None

@@ -270,14 +270,15 @@ def split_by_clusters(filtered: Filtered | Sequence[Utterance], cluster_ids: Seq
         raise ValueError("duplicate uids among the utterances")
 
     # label incidence: per example a {label index: 1} map (labels counted once per utterance)
+    labelled = [utterance_labels(u) for u in utts]
     intent_of: dict[str, str | None] = {}
-    for u in utts:
-        for k, label in enumerate(utterance_labels(u)):
+    for u, labels in zip(utts, labelled):
+        for k, label in enumerate(labels):
             intent_of[label] = u.intent if k else None
     names = sorted(intent_of)
     index = {l: i for i, l in enumerate(names)}
     parents = np.array([-1 if intent_of[l] is None else index[intent_of[l]] for l in names], dtype=np.int64)
-    ex_labels = [[index[l] for l in utterance_labels(u)] for u in utts]
+    ex_labels = [[index[l] for l in labels] for labels in labelled]
     totals = np.zeros(len(names), dtype=np.int64)
     for labels in ex_labels:
         totals[labels] += 1

@@ -107,8 +107,9 @@ def cluster_histogram(sizes: Sequence[int]) -> dict[str, int]:
 
 def _label_stats(train: list[Utterance], other: list[Utterance]) -> dict[str, float | None]:
     intents = [distribution([u.intent for u in us]) for us in (train, other)]
-    pairs = [distribution([l for u in us for l in utterance_labels(u)[1:]]) for us in (train, other)]
-    labels = [distribution([l for u in us for l in utterance_labels(u)]) for us in (train, other)]
+    labelled = [[utterance_labels(u) for u in us] for us in (train, other)]
+    pairs = [distribution([l for labels in side for l in labels[1:]]) for side in labelled]
+    labels = [distribution([l for labels in side for l in labels]) for side in labelled]
     return {
         "intent_pearson": pearson(*intents),
         "intent_slot_pearson": pearson(*pairs),
