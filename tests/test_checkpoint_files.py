@@ -10,6 +10,7 @@ import json
 import pytest
 import pytorch_lightning as pl
 import torch
+from omegaconf import OmegaConf
 
 from integration_helpers import FAST, compose_config, jsonl_overrides, run_cli, shipped_lines, write_snips_sample_jsonl
 from robustnlu.checkpoint import CHECKPOINT_FORMAT, FORMAT_KEY
@@ -128,10 +129,12 @@ def test_cli_resume_keeps_the_run_directory(checkpoint, tmp_path):
     (run_dir / "checkpoints").mkdir(parents=True)
     last = write_foreign("other_lightning", run_dir / "checkpoints" / "last.ckpt", checkpoint)
     (run_dir / "status.json").write_text('{"state": "interrupted"}')
-    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     sample = write_snips_sample_jsonl(tmp_path / "data", n_train=32, n_eval=8)
-    proc = run_cli([*FAST, *jsonl_overrides(sample), "resume=true", f"paths.cache_dir={tmp_path / 'cache'}",
-                    f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    overrides = [*FAST, *jsonl_overrides(sample), "resume=true", f"paths.cache_dir={tmp_path / 'cache'}"]
+    # the settings the run was started with, as a killed run has them: the checkpoint is what is refused
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(compose_config(overrides, run_dir), resolve=True))
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    proc = run_cli([*overrides, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert proc.returncode == 2
     assert one_error_line(proc.stderr).startswith(
         f"error: resume=true: {last}: not a robustnlu checkpoint: its hyper_parameters lack")

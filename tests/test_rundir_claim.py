@@ -147,6 +147,15 @@ def test_a_folder_holding_another_hydra_apps_record_is_refused_and_one_of_robust
         claim(tmp_path / "cut", exclusive=True, before_creation=True)
 
 
+def refused(start, cfg, capsys) -> str:
+    """What the owner's callback ``start`` (``on_run_start``, ``on_multirun_start``) printed as it
+    refused ``cfg``'s folder: it exits with 2."""
+    with pytest.raises(SystemExit) as ended:
+        start(cfg)
+    assert ended.value.code == 2
+    return capsys.readouterr().err
+
+
 def test_the_seqdrift_app_refuses_another_apps_output_and_a_users_files_and_writes_its_own_folder_again(
         tmp_path, capsys):
     """conf/seqdrift.yaml's callback claims the folder as training's does (`claim`, ``exclusive``): a
@@ -161,12 +170,9 @@ def test_the_seqdrift_app_refuses_another_apps_output_and_a_users_files_and_writ
     for folder, listed in ((other, ".hydra/ of another Hydra app, other_app.log"), (docs, "notes.txt")):
         before = file_bytes(folder)
         cfg = composed("seqdrift", f"hydra.run.dir={folder}")
-        with pytest.raises(SystemExit) as ended:
-            owner(cfg).on_run_start(cfg)
-        assert ended.value.code == 2
-        assert capsys.readouterr().err == (f"error: hydra.run.dir: {folder} holds files ({listed}) and is not a "
-                                           "robustnlu run directory; a run needs a new or empty folder, or its own run "
-                                           "directory\n")
+        assert refused(owner(cfg).on_run_start, cfg, capsys) == (
+            f"error: hydra.run.dir: {folder} holds files ({listed}) and is not a robustnlu run directory; a run "
+            "needs a new or empty folder, or its own run directory\n")
         assert file_bytes(folder) == before
     earlier = tmp_path / "earlier"
     (earlier / ".hydra").mkdir(parents=True)
@@ -205,12 +211,9 @@ def test_a_sweep_into_another_hydra_apps_multirun_is_refused_and_one_of_robustnl
     assert MULTIRUN_FILE in before and "0/.hydra/hydra.yaml" in before and "1/.hydra/hydra.yaml" in before
     for config in ("config", "seqdrift"):
         cfg = composed(config, f"hydra.sweep.dir={other}")
-        with pytest.raises(SystemExit) as ended:
-            owner(cfg).on_multirun_start(cfg)
-        assert ended.value.code == 2
-        assert capsys.readouterr().err == (f"error: hydra.sweep.dir: {other} holds files ({MULTIRUN_FILE} of another "
-                                           "Hydra app) and is not a sweep directory; a sweep needs a new or empty "
-                                           "folder, or its own sweep directory\n")
+        assert refused(owner(cfg).on_multirun_start, cfg, capsys) == (
+            f"error: hydra.sweep.dir: {other} holds files ({MULTIRUN_FILE} of another Hydra app) and is not a sweep "
+            "directory; a sweep needs a new or empty folder, or its own sweep directory\n")
         assert file_bytes(other) == before
         ours = tmp_path / config
         ours.mkdir()

@@ -151,6 +151,11 @@ def test_a_sweep_stopped_by_ctrl_c_names_its_relaunch(data, tmp_path):
             in proc.stderr.splitlines())
 
 
+#: an earlier robustnlu sweep's record, as far as the folder's owner reads it (``rundir_claim.robustnlus_settings``)
+EARLIER_SWEEPS_RECORD = ("# the record of an earlier sweep\n"
+                         "hydra: {callbacks: {run_dir: {_target_: robustnlu.rundir_claim.RunDirOwnership}}}\n")
+
+
 def test_a_sweep_one_of_whose_jobs_does_not_compose_is_refused_before_it_writes_anything(data, tmp_path):
     """~5 s: a job per batch, the second job's method a config that does not exist. Hydra composes a
     batch's configs just before launching it, after multirun.yaml is written: the first job would
@@ -166,8 +171,9 @@ def test_a_sweep_one_of_whose_jobs_does_not_compose_is_refused_before_it_writes_
     assert not (tmp_path / "new").exists()
     earlier = tmp_path / "earlier"
     earlier.mkdir()
-    (earlier / "multirun.yaml").write_text("the record of an earlier sweep\n")
+    record = EARLIER_SWEEPS_RECORD
+    (earlier / "multirun.yaml").write_text(record)
     proc = run_cli(["-m", *args, f"hydra.sweep.dir={earlier}"], cwd=tmp_path)
     assert (proc.returncode, proc.stderr.splitlines()) == (2, [error])
     assert [p.name for p in earlier.iterdir()] == ["multirun.yaml"]
-    assert (earlier / "multirun.yaml").read_text() == "the record of an earlier sweep\n"
+    assert (earlier / "multirun.yaml").read_text() == record
