@@ -151,11 +151,23 @@ def _map_dataset_paths(config: dict[str, Any], change: Callable[[str], str]) -> 
 
 
 def upgrade_run_config(config: dict[str, Any]) -> dict[str, Any]:
-    """A run config (plain containers) with ``paths.data_dir``. One written before that setting
-    existed has ``paths.root`` instead, and its relative dataset paths (``data/snips``) were read
-    from that root or, null, from the folder holding the shipped ``data/``: they are given here
-    as those absolute paths, ``paths.data_dir`` as ``<root>/data``. A current config is returned
-    as it is."""
+    """A run config (plain containers) as the current code writes it: where one was written before
+    a setting existed, that setting is given the value that does what the code of its time did, so
+    that it compares with a current config (`robustnlu.sweep_jobs.changed_settings`: a resumed run,
+    the runs one mean of a report pools) and runs as one. A current config is returned as it is.
+
+    - ``paths.data_dir`` (`_upgrade_paths`): the datasets' folder, was ``paths.root``.
+    - ``optimizer._target_``, ``_partial_`` and AdamW's ``fused`` (`_upgrade_optimizer`).
+    - a top-level ``adversary`` (`_upgrade_adversary`): now ``method.groups`` / ``method.adversary``.
+    """
+    return _upgrade_adversary(_upgrade_optimizer(_upgrade_paths(config)))
+
+
+def _upgrade_paths(config: dict[str, Any]) -> dict[str, Any]:
+    """A config written before ``paths.data_dir`` existed has ``paths.root`` instead, and its
+    relative dataset paths (``data/snips``) were read from that root or, null, from the folder
+    holding the shipped ``data/``: they are given here as those absolute paths,
+    ``paths.data_dir`` as ``<root>/data``."""
     paths = config.get("paths")
     if not isinstance(paths, dict) or "data_dir" in paths or "root" not in paths:
         return config
@@ -163,6 +175,39 @@ def upgrade_run_config(config: dict[str, Any]) -> dict[str, Any]:
     paths = {**{k: v for k, v in paths.items() if k != "root"}, "data_dir": str(root / "data")}
     return _map_dataset_paths({**config, "paths": paths},
                               lambda p: p if p == "???" or Path(p).is_absolute() else str(root / p))
+
+
+#: what an AdamW config without ``fused`` ran: the per-parameter loop, PyTorch's default on the
+#: CPU, before the option existed (``fused: auto`` takes the fused kernel: the same update to
+#: float rounding, robustnlu/optim/adamw.py)
+UNFUSED = False
+
+
+def _upgrade_optimizer(config: dict[str, Any]) -> dict[str, Any]:
+    """An ``optimizer=`` option written before the options named their factory (``_target_``,
+    ``_partial_: true``) was called by its ``name``: given the factory the shipped option of that
+    name names (conf/optimizer/<name>.yaml). An AdamW option without ``fused`` ran the loop
+    (`UNFUSED`)."""
+    optimizer = config.get("optimizer")
+    if not isinstance(optimizer, dict) or not isinstance(name := optimizer.get("name"), str):
+        return config
+    shipped_option = CONF_DIR / "optimizer" / f"{name}.yaml"
+    if "_target_" not in optimizer and shipped_option.is_file():
+        factory = OmegaConf.load(shipped_option)
+        optimizer = {"_target_": factory["_target_"], "_partial_": factory["_partial_"], **optimizer}
+    if name == "adamw" and "fused" not in optimizer:
+        optimizer = {**optimizer, "fused": UNFUSED}
+    return {**config, "optimizer": optimizer}
+
+
+def _upgrade_adversary(config: dict[str, Any]) -> dict[str, Any]:
+    """A config written before each method chose its group source or adversary (``method.groups``,
+    ``method.adversary``) has a top-level ``adversary`` node: empty (``adversary=none``, no group
+    source) it is left out, as a current config has none; one naming a group source is kept (it
+    compares as a setting the current code has not)."""
+    if "adversary" in config and not config["adversary"]:
+        return {k: v for k, v in config.items() if k != "adversary"}
+    return config
 
 
 def relocate_data(config: dict[str, Any], data_dir_now: Path) -> dict[str, Any]:

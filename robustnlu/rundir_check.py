@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from robustnlu.errors import DataError, ResumeError
 from robustnlu.rundir import LAST_CHECKPOINT, RunDir
 from robustnlu.rundir_claim import secondary_process
-from robustnlu.sweep_jobs import changed_settings, under
+from robustnlu.sweep_jobs import changed_settings, shown_setting, under
 
 def requeued() -> bool:
     """A Slurm job that was requeued (timeout, preemption, ``scontrol requeue``)."""
@@ -93,7 +93,7 @@ def check_settings(out_dir: Path, current: dict[str, Any], allowed: list[str]) -
     changed = changed_settings(stored, current)
     refused = {k: v for k, v in changed.items() if not under(k, allowed)}
     if refused:
-        shown = "; ".join(f"{k}: {v[0]!r} -> {v[1]!r}" for k, v in list(refused.items())[:6])
+        shown = "; ".join(f"{k}: {shown_setting(a)} -> {shown_setting(b)}" for k, (a, b) in list(refused.items())[:6])
         more = f" and {len(refused) - 6} more" if len(refused) > 6 else ""
         raise ResumeError(f"resume=true: {out_dir} was started with other settings ({shown}{more}); resume with its "
                           "settings (its config.yaml), or allow a key to change with +resume_override=[key,...]")

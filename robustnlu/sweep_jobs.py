@@ -164,6 +164,11 @@ def changed_settings(stored: dict[str, Any], current: dict[str, Any]) -> dict[st
             if a.get(k, ABSENT) != b.get(k, ABSENT)}
 
 
+def shown_setting(value: Any) -> str:
+    """A value of `changed_settings` as a message shows it: ``<absent>`` (`ABSENT`) bare, others as repr."""
+    return ABSENT if value is ABSENT else repr(value)
+
+
 def job_hash(overrides: Iterable[str]) -> str:
     """`HASH_DIGITS` hex digits of the job's identity (`job_identity`): the last part of its folder name."""
     text = "\n".join(job_identity(overrides))

@@ -1,11 +1,13 @@
 """Where the configs and the datasets are found and how the paths of a config are read
 (`robustnlu.paths`): a path the user gives from the folder the command runs in, the shipped
 datasets under ``paths.data_dir``, a wrong data folder as one error line, and the run configs of
-another installation or from before ``paths.data_dir`` (resume, evaluate). The installed wheel:
-tests/test_wheel.py."""
+another installation or from before a setting existed (``paths.data_dir``, the optimizer's
+factory and AdamW's ``fused``, a top-level ``adversary``: resume, evaluate, a report's pooling). The
+installed wheel: tests/test_wheel.py."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from integration_helpers import REPO, compose_config, run_cli, write_snips_sample_jsonl
@@ -86,3 +88,49 @@ def test_resuming_from_another_installation_or_an_older_config_is_the_same_run()
     assert changed_settings(legacy("/old"), current) == {}
     other = {**current, "dataset": {"name": "mit", "corpora": {"movie": "/venv/data/mit_movie2", "restaurant": "/abs/restaurant"}}}
     assert changed_settings(current, other) == {"dataset.corpora.movie": ("<data dir>/mit_movie", "<data dir>/mit_movie2")}
+
+
+#: an AdamW option as runs wrote it before the options named their factory and before ``fused``
+OLD_ADAMW = {"name": "adamw", "lr": 1e-4, "weight_decay": 0.02, "warmup_steps": 0, "betas": [0.9, 0.999], "eps": 1e-8}
+
+
+def test_an_optimizer_from_before_its_factory_and_fused_is_the_factory_its_name_called_with_the_loop():
+    """Such a run called its option's function by ``name`` (AdamW: the per-parameter loop, ``fused``
+    false); the factories are those conf/optimizer/ names."""
+    upgraded = upgrade_run_config({"optimizer": OLD_ADAMW, "seed": 0})
+    assert upgraded == {"optimizer": {"_target_": "robustnlu.optim.adamw.adamw", "_partial_": True, **OLD_ADAMW,
+                                      "fused": False}, "seed": 0}
+    assert upgrade_run_config(upgraded) == upgraded
+    conatural = {"name": "conatural", "lr": 0.01, "damping": 10.0}
+    assert upgrade_run_config({"optimizer": conatural})["optimizer"] == {
+        "_target_": "robustnlu.optim.conatural.conatural_sgd", "_partial_": True, **conatural}  # no fused: not AdamW
+    current = {"optimizer": {**upgraded["optimizer"], "fused": "auto"}}
+    assert changed_settings({"optimizer": OLD_ADAMW}, current) == {"optimizer.fused": (False, "auto")}
+    assert changed_settings({"optimizer": OLD_ADAMW}, {"optimizer": {**current["optimizer"], "fused": False}}) == {}
+
+
+def test_an_empty_top_level_adversary_from_before_method_groups_is_no_setting():
+    """``adversary: {}`` (``adversary=none``, before each method chose its group source at
+    ``method.groups``) is what a current config without the node does; a group source there is kept."""
+    assert upgrade_run_config({"adversary": {}, "seed": 0}) == {"seed": 0}
+    assert upgrade_run_config({"adversary": None, "seed": 0}) == {"seed": 0}
+    source = {"adversary": {"_target_": "robustnlu.adversary.groups.SeqDriftClusters"}, "seed": 0}
+    assert upgrade_run_config(source) == source
+    assert changed_settings(source, {"seed": 0}) == {
+        "adversary._target_": ("robustnlu.adversary.groups.SeqDriftClusters", "<absent>")}
+
+
+def test_the_committed_erm_records_of_before_and_after_those_settings_differ_in_the_optimizers_kernel_alone():
+    """docs/reproduction/records: an ERM seed-0 record written before ``optimizer._target_`` and
+    ``fused`` (and with ``adversary: {}``) and the seed-1 record of its scenario written after: they
+    differ in the seed, the spelling of the scenario's name (both pooled over by a report) and AdamW's
+    kernel (the loop, then the fused one), as their results.json say (``optimizer_fused`` recorded
+    only from then on; the loop's fit took about four times as long)."""
+    records = REPO / "docs" / "reproduction" / "records"
+    old, new = (json.loads((records / f"snips-slot_context-full-iid-erm-seed{s}" / "results.json").read_text())
+                for s in (0, 1))
+    assert {"_target_", "fused"}.isdisjoint(old["config"]["optimizer"]) and old["config"]["adversary"] == {}
+    assert "optimizer_fused" not in old and new["optimizer_fused"] is True
+    assert changed_settings(old["config"], new["config"]) == {
+        "optimizer.fused": (False, "auto"), "scenario": ("snips-slot_context-False-iid", "snips-slot_context-full-iid"),
+        "seed": (0, 1)}

@@ -569,6 +569,21 @@ def test_runs_of_one_method_with_other_settings_are_one_error_line(tmp_path):
     assert [s.n for s in study.stats] == [2] and study.uncompared == []
 
 
+@pytest.mark.parametrize(("key", "value"), [("trainer.limit_val_batches", 5), ("method.extra", 1)])
+def test_a_setting_only_one_run_has_is_a_setting_they_differ_in(tmp_path, capsys, key, value):
+    """Seed 1 trained with ``+<key>=<value>`` on its command line, a key seed 0's config lacks: not
+    pooled as one setting (the key missing from one config shown as ``<absent>``)."""
+    assert key.split(".")[-1] not in json.loads((RECORD / "results.json").read_text())["config"][key.split(".")[0]]
+    sweep = erm_seeds(tmp_path / "sweep", **{key: value})
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out), "--rounds", "10"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {sweep / 'erm-1'}: erm in scenario ") and len(err.splitlines()) == 1
+    assert err.endswith(f" trained with other settings than {sweep / 'erm-0'} ({key}: <absent> vs {value}); "
+                        "report them separately\n")
+    assert not out.exists()
+
+
 def test_a_run_without_results_config_is_compared_by_its_config_yaml(tmp_path):
     sweep = erm_seeds(tmp_path / "sweep", **{"trainer.max_epochs": 9})
     config = without_config(sweep / "erm-1")

@@ -30,7 +30,8 @@ from robustnlu.errors import DataError, RobustNLUError
 from robustnlu.metrics.registry import MIN_CLUSTER_SIZE, TESTED, drop, worst_cluster, worst_cluster_key
 from robustnlu.rundir import RunDir, walk
 from robustnlu.scenario import Scenario
-from robustnlu.sweep_jobs import ABSENT, changed_settings, job_hash, read_sweep, shown_overrides, under, varying
+from robustnlu.sweep_jobs import (changed_settings, job_hash, read_sweep, shown_overrides, shown_setting, under,
+                                  varying)
 from robustnlu.sweep_state import TRAINING_CONFIG, sweep_status, sweeps_in
 
 if TYPE_CHECKING:
@@ -233,14 +234,13 @@ def other_settings(config: dict[str, Any], other: dict[str, Any],
                    searched: Iterable[str] = ()) -> dict[str, tuple[Any, Any]]:
     """The settings in which two runs' configs (`trained_config`) differ, as (other's, config's): their
     `changed_settings` (where a run writes and how it logs left out, as in a job's identity; paths
-    inside each run's own folder and data folder read relative to it), but `POOLED_OVER`, the keys
-    ``searched`` (those an HPO search varied, for two runs it chose: core paper section 5, 2
-    settings × 2 seeds) and the keys one config lacks (a setting that one version of the code had
-    and the other had not, e.g. ``optimizer.fused``: what the run without it did there is not
-    recorded)."""
+    inside each run's own folder and data folder read relative to it; a config written before a
+    setting existed given the value that does what its code did, `upgrade_run_config`), but
+    `POOLED_OVER` and the keys ``searched`` (those an HPO search varied, for two runs it chose: core
+    paper section 5, 2 settings × 2 seeds). A key one config has and the other lacks (``+key=value``
+    on one run's command line) is a setting they differ in, its missing value `ABSENT`."""
     pooled = (*POOLED_OVER, *searched)
-    changed = changed_settings(other, config)
-    return {k: v for k, v in changed.items() if not under(k, pooled) and ABSENT not in v}
+    return {k: v for k, v in changed_settings(other, config).items() if not under(k, pooled)}
 
 
 def _origin(run: Run) -> str:
@@ -272,7 +272,7 @@ def check_one_setting(runs: Sequence[Run]) -> list[Run]:
             continue
         other, other_config = first.setdefault(cell, (run, config))
         if differ := other_settings(config, other_config, run.search.searched if run.search else ()):
-            shown = "; ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in differ.items())
+            shown = "; ".join(f"{k}: {shown_setting(a)} vs {shown_setting(b)}" for k, (a, b) in differ.items())
             raise StudyError(f"{run.path}: {run.method} in scenario {run.scenario.name} trained with other settings than "
                              f"{other.path} ({shown}); report them separately")
     return [run for cell, run in uncompared if size[cell] > 1]
