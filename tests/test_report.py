@@ -23,10 +23,11 @@ import pytest  # noqa: E402
 import yaml  # noqa: E402
 
 from integration_helpers import (  # noqa: E402
-    FAST, SMALL_DRIFT, compose_config, file_bytes, jsonl_overrides, run_cli, write_snips_sample_jsonl)
+    FAST, REPO, SMALL_DRIFT, compose_config, file_bytes, jsonl_overrides, run_cli, write_snips_sample_jsonl)
 from robustnlu.analysis import figures, statistics, study as st  # noqa: E402
 from robustnlu.analysis.study_tables import counts_table, relative_change_table, scenario_table  # noqa: E402
-from robustnlu.analysis.runs import Run, StudyError  # noqa: E402
+from robustnlu.analysis.runs import (  # noqa: E402
+    Run, StudyError, check_one_setting, discover, other_settings, trained_config)
 from robustnlu.analysis.significance import (  # noqa: E402
     SignificanceResult,
     approximate_randomization,
@@ -675,3 +676,21 @@ def test_an_out_folder_inside_a_run_directory_is_refused_before_any_work(tmp_pat
     assert proc.stderr == (f"error: --out: {out / st.FILES[0]} lies inside {sweep / 'topk'}, a run directory this "
                            "command reads: choose another --out\n")
     assert file_bytes(sweep) == before
+
+
+def test_the_committed_erm_records_of_either_adamw_kernel_are_one_setting():
+    """docs/studies.md's recipe pools the committed ERM records of seeds 0 and 1: seed 0's ran
+    AdamW's loop (from before ``optimizer.fused``, read as ``false``), seed 1's the fused kernel
+    (``auto``); the kernel, the same update to float rounding, may differ within a mean, as the
+    seed does, and nothing else does."""
+    records = REPO / "docs" / "reproduction" / "records"
+    runs, incomplete = discover(sorted(records.glob("snips-*-full-*-erm-seed[01]")))
+    assert (len(runs), incomplete) == (8, [])
+    assert {run.results.get("optimizer_fused") for run in runs} == {None, True}  # seed 0's predates the field
+    assert check_one_setting(runs) == []
+    seed0, seed1 = (next(r for r in runs if r.path.name.endswith(f"-seed{s}")) for s in (0, 1))
+    config = trained_config(seed1)
+    assert other_settings(config, trained_config(seed0)) == {}
+    lr = config["optimizer"]["lr"]
+    assert other_settings({**config, "optimizer": {**config["optimizer"], "lr": lr * 10}}, trained_config(seed0)) == {
+        "optimizer.lr": (lr, lr * 10)}

@@ -213,10 +213,13 @@ def check_one_split(runs: Sequence[Run]) -> None:
 
 
 #: the config keys in which the models of one method and scenario may differ: the seed (one model
-#: per seed) and the scenario's name (the scenario itself is read from results.json; its name's
-#: spelling changed: ``snips-slot_context-False-iid``, now ``...-full-iid``); the models an HPO
-#: search chose also in the keys it searched (`other_settings`' ``searched``)
-POOLED_OVER = ("seed", "scenario")
+#: per seed), the scenario's name (the scenario itself is read from results.json; its name's
+#: spelling changed: ``snips-slot_context-False-iid``, now ``...-full-iid``) and AdamW's kernel
+#: (``optimizer.fused``: the same update to float rounding, robustnlu/optim/adamw.py, as a GPU's
+#: non-deterministic kernels are; the committed ERM records of docs/studies.md's recipe were
+#: trained with either); the models an HPO search chose also in the keys it searched
+#: (`other_settings`' ``searched``)
+POOLED_OVER = ("seed", "scenario", "optimizer.fused")
 
 
 def trained_config(run: Run) -> dict[str, Any] | None:
