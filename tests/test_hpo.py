@@ -398,6 +398,25 @@ def test_a_chosen_run_of_an_hpo_search_with_another_unsearched_setting_is_one_er
     assert not (tmp_path / "out").exists()
 
 
+def test_a_report_of_an_optuna_searchs_trials_without_best_params_says_how_to_choose_them(continued_search, tmp_path,
+                                                                                         capsys):
+    """A search run alone (``python -m robustnlu -m hparams_search=optuna``), or one whose driver
+    stopped before it wrote best_params.json: its trials differ in the searched keys, so no mean
+    pools them; the one error line says how to choose and retrain its 2 best settings."""
+    sweep = tmp_path / "sweep"
+    shutil.copytree(continued_search["sweep"], sweep)
+    assert not (sweep / BEST_PARAMS).exists()
+    assert report_main([str(sweep), "--out", str(tmp_path / "out"), "--rounds", "10"]) == 2
+    err = capsys.readouterr().err
+    scenario = Scenario.of_results(json.loads((sweep / "0" / "results.json").read_text())).name
+    assert err.startswith(f"error: {sweep / '1'}: topk in scenario {scenario} trained with other settings than "
+                          f"{sweep / '0'} (") and err.count("\n") == 1
+    assert err.endswith(f"): trials of the Optuna search {sweep}, which has no {BEST_PARAMS}: choose and retrain its 2 "
+                        "best settings with python -m robustnlu.hpo --no-search <the search's overrides> "
+                        f"hydra.sweep.dir={sweep}, then report {sweep}\n")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_chosen_run_that_is_missing_is_listed_as_incomplete(protocol, tmp_path):
     """The search's retraining not done (or still running): its chosen settings' trials are the
     models, and the missing retraining is listed, not passed over."""
