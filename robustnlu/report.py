@@ -231,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(study.runs)} runs in {n_scenarios} scenarios, "
           f"{len(study.incomplete)} failed or unfinished{uncompared}; wrote {len(written)} files to {args.out} "
           f"(see {args.out / 'report.md'})")
+    if study.searches:
+        print(f"{len(study.searches)} HPO search(es): pooled only the runs each one's best_params.json chose; "
+              f"{study.left_out} other runs below them (trials not chosen) left out")
     if args.wandb:
         # under report.*: a training run's config has its own seed
         config = {"report.dirs": [str(d) for d in args.dirs], "report.alpha": args.alpha,

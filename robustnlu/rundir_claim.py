@@ -14,18 +14,18 @@ the invocation without destroying anything it did not make (`undo`):
   Hydra made its folder), the folder is removed only if it holds nothing but what Hydra and
   robustnlu write at a job's start (`OWN_ENTRIES`).
 
-For training and the SeqDrift app, the claim is exclusive (`exclusive=True`): an existing folder
-with files that is not a robustnlu run is refused (one line, nothing written), among them a folder
-that holds another Hydra app's ``.hydra/`` record (`another_apps_record`), which Hydra would write
-over. A training run's own folder is one that holds a run (continued with ``resume=true``); the
-SeqDrift app writes its split anew into its folder each launch, so an earlier launch's files
-(``outputs``) are its own. The invocation takes the lock file `run.lock` (pid and host;
-`robustnlu.runlock`): a second process into the same folder is refused with a line naming the
-holder; a lock left by a dead process on this host is taken over; ``python -m robustnlu.sweep
-status`` tells running jobs from those whose process is gone by it. The lock is released when the
-invocation ends, however it ends: a finished folder holds no ``run.lock``. A sweep's folder is
-refused likewise where it holds files no robustnlu sweep writes there (`foreign_sweep_files`), a
-``multirun.yaml`` of another Hydra app among them.
+For training, the SeqDrift app and the noise app, the claim is exclusive (`exclusive=True`): an
+existing folder with files that is not a robustnlu run is refused (one line, nothing written), among
+them a folder that holds another Hydra app's ``.hydra/`` record (`another_apps_record`), which Hydra
+would write over. A training run's own folder is one that holds a run (continued with
+``resume=true``); the SeqDrift app writes its split anew into its folder each launch, so an earlier
+launch's files (``outputs``) are its own; the noise app writes none there (its ``outputs`` are
+empty). The invocation takes the lock file `run.lock` (pid and host; `robustnlu.runlock`): a second
+process into the same folder is refused with a line naming the holder; a lock left by a dead process
+on this host is taken over; ``python -m robustnlu.sweep status`` tells running jobs from those whose
+process is gone by it. The lock is released when the invocation ends, however it ends: a finished
+folder holds no ``run.lock``. A sweep's folder is refused likewise where it holds files no robustnlu
+sweep writes there (`foreign_sweep_files`), a ``multirun.yaml`` of another Hydra app among them.
 """
 
 from __future__ import annotations
@@ -266,9 +266,9 @@ def release_all() -> None:
 class RunDirOwnership(Callback):
     """Hydra callback (``hydra.callbacks``): claims a single run's folder before Hydra creates it
     (`claim`), so that an error removes only what this invocation made; ``exclusive``: the lock
-    and the refusal of folders that are not this app's runs (training, the SeqDrift app);
-    ``outputs``: the files an app writes anew into its folder each launch (the SeqDrift app's
-    split). A sweep's job reads the same settings (`robustnlu.cli.run_or_exit`)."""
+    and the refusal of folders that are not this app's runs (training, the SeqDrift and noise
+    apps); ``outputs``: the files an app writes anew into its folder each launch (the SeqDrift
+    app's split; none for the noise app). A sweep's job reads the same settings (`robustnlu.cli.run_or_exit`)."""
 
     def __init__(self, exclusive: bool = False, outputs: Sequence[str] | None = None):
         self.exclusive = exclusive

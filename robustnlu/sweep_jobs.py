@@ -71,6 +71,8 @@ EARLIER_DIR = ".multirun"
 #: sweeper and robustnlu's (``hydra/sweeper=product``, the default)
 PRODUCT_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
                     "hydra_plugins.robustnlu_plugins.product_sweeper.ProductSweeper")
+#: the ``_target_`` of robustnlu's Optuna sweeper (``hparams_search=optuna``, conf/hydra/sweeper/optuna.yaml)
+OPTUNA_SWEEPER = "hydra_plugins.robustnlu_plugins.optuna_sweeper.OptunaSweeper"
 #: the sweepers whose jobs ``python -m robustnlu.sweep relaunch`` runs again: the product sweepers
 #: and its own job list sweeper (``hydra/sweeper=joblist``)
 RELAUNCHABLE_SWEEPERS = (*PRODUCT_SWEEPERS, "hydra_plugins.robustnlu_plugins.job_list_sweeper.JobListSweeper")

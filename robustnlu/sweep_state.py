@@ -149,10 +149,14 @@ def read_status(run: RunDir) -> dict[str, Any]:
         return {"state": "unreadable", "error": str(err)}
 
 
+#: how a job's note names the traceback its folder holds (`failed_state`)
+TRACEBACK_NOTE = "traceback: "
+
+
 def failed_state(run: RunDir, status: dict[str, Any]) -> JobState:
     """A failed job's state, error line and where its traceback is, if it left one."""
     shown = status.get("traceback") and run.traceback_file.is_file()
-    return "failed", status.get("error"), (f"traceback: {run.traceback_file}" if shown else None)
+    return "failed", status.get("error"), (f"{TRACEBACK_NOTE}{run.traceback_file}" if shown else None)
 
 
 def held(run: RunDir) -> JobState | None:
@@ -241,13 +245,17 @@ def queued(job: Job, slurm: tuple[str, str] | None) -> Job:
     interrupted or missing there but that Slurm holds waiting to start (submitted behind others, or
     requeued after a time-out) is ``queued``; one without a folder that Slurm has started is
     ``running``. A started job with a folder is told by its folder: its lock once it holds it, its
-    record (failed, interrupted) while its Slurm job is still ending. The error its folder records is
-    then its attempt before's (`Job.previous_error`), not the queued or running job's."""
+    record (failed, interrupted) while its Slurm job is still ending. The error its folder records,
+    and the traceback it names, are then its attempt before's (`Job.previous_error`), not the queued
+    or running job's."""
     if slurm is None or job.state in ("finished", "running"):
         return job
     job_id, state = slurm
     if state in SLURM_WAITING or job.folder is None:
-        job.note = "; ".join(filter(None, [f"Slurm job {job_id} {state}", job.note]))
+        note = job.note or ""
+        if note.startswith(TRACEBACK_NOTE):
+            note = f"previous attempt's {note}"
+        job.note = "; ".join(filter(None, [f"Slurm job {job_id} {state}", note]))
         job.state = "queued" if state in SLURM_WAITING else "running"
         job.previous_error, job.error = job.error, None
     return job

@@ -357,9 +357,10 @@ def test_best_params_names_the_chosen_runs_relative_to_the_sweep_dir(protocol):
     assert [s["run_dir"] for s in record["chosen"]] == [str(s["trial"]) for s in record["chosen"]]
 
 
-def test_the_report_of_an_hpo_search_pools_its_2_chosen_settings_times_2_seeds(protocol, tmp_path):
+def test_the_report_of_an_hpo_search_pools_its_2_chosen_settings_times_2_seeds(protocol, tmp_path, capsys):
     """Core paper section 5: the models are the 2 best settings × 2 seeds, which differ in the
-    searched keys; the other 2 trials of the search are left out, and report.md says so."""
+    searched keys; the other 2 trials of the search are left out, and report.md and the console
+    summary say so."""
     study = st.build_study([protocol], rounds=10)
     (stats,) = study.stats
     models = chosen_runs(protocol)
@@ -370,7 +371,10 @@ def test_the_report_of_an_hpo_search_pools_its_2_chosen_settings_times_2_seeds(p
     assert len(lrs) == 2  # two settings, each trained twice
     combined = [100 * r["metrics"]["test"]["combined"] for r in results]
     assert stats.stats["combined"][0] == pytest.approx(sum(combined) / 4)
-    st.write_report(study, tmp_path)
+    assert report_main([str(protocol), "--out", str(tmp_path), "--rounds", "10"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "1 HPO search(es): pooled only the runs each one's best_params.json chose; 2 other runs below them "
+        "(trials not chosen) left out")
     rows = list(csv.DictReader((tmp_path / "table10_metrics.csv").open()))
     assert [(row["method"], row["n_models"]) for row in rows] == [("topk", "4")]
     assert float(rows[0]["combined_mean"]) == pytest.approx(sum(combined) / 4, abs=1e-3)
@@ -391,6 +395,25 @@ def test_a_chosen_run_of_an_hpo_search_with_another_unsearched_setting_is_one_er
     assert capsys.readouterr().err == (
         f"error: {retrained}: topk in scenario {Scenario.of_results(results).name} trained with other settings than {first} "
         "(trainer.max_epochs: 1 vs 2); report them separately\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_report_of_an_optuna_searchs_trials_without_best_params_says_how_to_choose_them(continued_search, tmp_path,
+                                                                                         capsys):
+    """A search run alone (``python -m robustnlu -m hparams_search=optuna``), or one whose driver
+    stopped before it wrote best_params.json: its trials differ in the searched keys, so no mean
+    pools them; the one error line says how to choose and retrain its 2 best settings."""
+    sweep = tmp_path / "sweep"
+    shutil.copytree(continued_search["sweep"], sweep)
+    assert not (sweep / BEST_PARAMS).exists()
+    assert report_main([str(sweep), "--out", str(tmp_path / "out"), "--rounds", "10"]) == 2
+    err = capsys.readouterr().err
+    scenario = Scenario.of_results(json.loads((sweep / "0" / "results.json").read_text())).name
+    assert err.startswith(f"error: {sweep / '1'}: topk in scenario {scenario} trained with other settings than "
+                          f"{sweep / '0'} (") and err.count("\n") == 1
+    assert err.endswith(f"): trials of the Optuna search {sweep}, which has no {BEST_PARAMS}: choose and retrain its 2 "
+                        "best settings with python -m robustnlu.hpo --no-search <the search's overrides> "
+                        f"hydra.sweep.dir={sweep}, then report {sweep}\n")
     assert not (tmp_path / "out").exists()
 
 

@@ -29,6 +29,10 @@ from robustnlu.sweep_jobs import MULTIRUN_FILE, changed_settings, flatten
 
 #: what ``python -m robustnlu.seqdrift`` writes into its folder besides Hydra's files
 SEQDRIFT_FILES = (SPLIT_FILE, STATS_FILE, SUMS_FILE, STATS_TABLE_FILE)
+#: what ``python -m robustnlu.noise`` writes into its folder besides Hydra's job log: nothing (its
+#: noised copy goes to ``out_dir``; conf/noise_dataset.yaml saves no ``.hydra/`` record), as a
+#: launch shows (tests/noise/test_cli.py)
+NOISE_FILES = ()
 
 
 @pytest.fixture(autouse=True)
@@ -156,47 +160,50 @@ def refused(start, cfg, capsys) -> str:
     return capsys.readouterr().err
 
 
-def test_the_seqdrift_app_refuses_another_apps_output_and_a_users_files_and_writes_its_own_folder_again(
-        tmp_path, capsys):
-    """conf/seqdrift.yaml's callback claims the folder as training's does (`claim`, ``exclusive``): a
-    folder holding another Hydra app's record, or a file of the user's, is one line, exit 2, and left
-    as it was; a folder of an earlier launch (the split's files, Hydra's record and log) is its own
-    and is written again, as a sweep's job is when its sweep is launched again. The lock is taken
-    and released, and a live holder is refused."""
+@pytest.mark.parametrize("app, outputs, log", [("seqdrift", SEQDRIFT_FILES, "seqdrift.log"),
+                                               ("noise_dataset", NOISE_FILES, "__main__.log")])
+def test_the_seqdrift_and_noise_apps_refuse_another_apps_output_and_a_users_files_and_write_their_own_folder_again(
+        app, outputs, log, tmp_path, capsys):
+    """conf/seqdrift.yaml's and conf/noise_dataset.yaml's callbacks claim the folder as training's
+    does (`claim`, ``exclusive``): a folder holding another Hydra app's record, or a file of the
+    user's, is one line, exit 2, and left as it was; a folder of an earlier launch (its ``outputs``,
+    Hydra's record and log) is its own and is written again, as a sweep's job is when its sweep is
+    launched again. The lock is taken and released, and a live holder is refused."""
     other = another_hydra_apps_output(tmp_path / "other")
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "notes.txt").write_text("the user's\n")
     for folder, listed in ((other, ".hydra/ of another Hydra app, other_app.log"), (docs, "notes.txt")):
         before = file_bytes(folder)
-        cfg = composed("seqdrift", f"hydra.run.dir={folder}")
+        cfg = composed(app, f"hydra.run.dir={folder}")
         assert refused(owner(cfg).on_run_start, cfg, capsys) == (
             f"error: hydra.run.dir: {folder} holds files ({listed}) and is not a robustnlu run directory; a run "
             "needs a new or empty folder, or its own run directory\n")
         assert file_bytes(folder) == before
     earlier = tmp_path / "earlier"
     (earlier / ".hydra").mkdir(parents=True)
-    cfg = composed("seqdrift", f"hydra.run.dir={earlier}")
+    cfg = composed(app, f"hydra.run.dir={earlier}")
     (earlier / ".hydra" / "hydra.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create({"hydra": cfg.hydra})))
-    for name in (*SEQDRIFT_FILES, "seqdrift.log"):
+    for name in (*outputs, log):
         (earlier / name).write_text("an earlier launch's\n")
     owner(cfg).on_run_start(cfg)
     assert holder(earlier)["pid"] == os.getpid()
     owner(cfg).on_run_end(cfg)
     assert holder(earlier) is None
-    job = tmp_path / "job"  # a sweep's job launched again: its folder holds its own record and split
+    job = tmp_path / "job"  # a sweep's job launched again: its folder holds its own record and outputs
     (job / ".hydra").mkdir(parents=True)
-    (job / SPLIT_FILE).write_text("{}")
+    for name in outputs:
+        (job / name).write_text("{}")
     settings = cfg.hydra.callbacks.run_dir
     claim(job, settings.exclusive, before_creation=False, outputs=settings.outputs)
     assert holder(job)["pid"] == os.getpid()
     unclaim(job)
-    assert sorted(p.name for p in job.iterdir()) == [".hydra", SPLIT_FILE]
+    assert sorted(p.name for p in job.iterdir()) == sorted([".hydra", *outputs])
     (job / LOCK_NAME).write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname()}))
     with pytest.raises(ConfigError, match=f"is in use by process {os.getppid()}"):
         claim(job, settings.exclusive, before_creation=False, outputs=settings.outputs)
-    assert sorted(p.name for p in job.iterdir()) == [".hydra", LOCK_NAME, SPLIT_FILE]
-    assert sorted(settings.outputs) == sorted(SEQDRIFT_FILES)
+    assert sorted(p.name for p in job.iterdir()) == sorted([".hydra", LOCK_NAME, *outputs])
+    assert sorted(settings.outputs) == sorted(outputs)
     claim(tmp_path / "free", exclusive=False, before_creation=True)  # the other apps take no lock
     assert holder(tmp_path / "free") is None
 
@@ -209,7 +216,7 @@ def test_a_sweep_into_another_hydra_apps_multirun_is_refused_and_one_of_robustnl
     other = another_hydra_apps_output(tmp_path / "other", multirun=True)
     before = file_bytes(other)
     assert MULTIRUN_FILE in before and "0/.hydra/hydra.yaml" in before and "1/.hydra/hydra.yaml" in before
-    for config in ("config", "seqdrift"):
+    for config in ("config", "seqdrift", "noise_dataset"):
         cfg = composed(config, f"hydra.sweep.dir={other}")
         assert refused(owner(cfg).on_multirun_start, cfg, capsys) == (
             f"error: hydra.sweep.dir: {other} holds files ({MULTIRUN_FILE} of another Hydra app) and is not a sweep "

@@ -280,12 +280,15 @@ def test_status_tells_a_seqdrift_jobs_state_by_its_files_and_lock_and_refuses_ap
 
 def test_a_failed_job_queued_again_in_slurm_shows_its_error_as_its_previous_attempts(tmp_path, capsys, monkeypatch):
     """A job relaunched through Slurm and waiting there is ``queued``; the error its folder still
-    records is the attempt before's, not the queued job's: status shows it as such (``--json``:
-    ``previous_error``, ``error`` null). Slurm's answer is given here (`slurm_queue`)."""
+    records, and the traceback it left, are the attempt before's, not the queued job's: status shows
+    them as such (``--json``: ``previous_error``, ``error`` null). Slurm's answer is given here
+    (`slurm_queue`)."""
     sweep = tmp_path / "sweep"
     _multirun(sweep, ["seed=0,1"])
     error = "RuntimeError: CUDA out of memory\n(the second line of its message)"
-    _job(sweep, ["seed=0"], {"state": "failed", "error": error, "overrides": ["seed=0"]})
+    crashed = _job(sweep, ["seed=0"], {"state": "failed", "error": error, "overrides": ["seed=0"],
+                                       "traceback": "traceback.txt"})
+    (crashed / "traceback.txt").write_text("Traceback (most recent call last):\n")
     _job(sweep, ["seed=1"], {"state": "failed", "error": "optimizer.lr: must be > 0 (got -1)", "overrides": ["seed=1"]})
     monkeypatch.setattr("robustnlu.sweep_state.slurm_queue", lambda path: {job_hash(["seed=0"]): ("1234", "PENDING")})
     assert main(["status", str(sweep)]) == 0
@@ -295,12 +298,13 @@ def test_a_failed_job_queued_again_in_slurm_shows_its_error_as_its_previous_atte
     assert [line.split() for line in lines[1:]] == [
         ["queued", f"job-{job_hash(['seed=0'])}", "seed=0"],
         "previous attempt's error: RuntimeError: CUDA out of memory; (the second line of its message)".split(),
-        ["(Slurm", "job", "1234", "PENDING)"],
+        ["(Slurm", "job", "1234", "PENDING;", "previous", "attempt's", "traceback:", f"{crashed / 'traceback.txt'})"],
         ["failed", f"job-{job_hash(['seed=1'])}", "seed=1"],
         "error: optimizer.lr: must be > 0 (got -1)".split()]
     assert main(["status", "--json", str(sweep)]) == 0
     queued, failed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert (queued["state"], queued["error"], queued["previous_error"]) == ("queued", None, error)
+    assert queued["note"] == f"Slurm job 1234 PENDING; previous attempt's traceback: {crashed / 'traceback.txt'}"
     assert (failed["state"], failed["error"], failed["previous_error"]) == ("failed", "optimizer.lr: must be > 0 (got -1)",
                                                                             None)
 

@@ -28,10 +28,15 @@ from omegaconf import OmegaConf
 
 from robustnlu.errors import DataError, RobustNLUError
 from robustnlu.metrics.registry import MIN_CLUSTER_SIZE, TESTED, drop, worst_cluster, worst_cluster_key
-from robustnlu.rundir import RunDir, walk
+from robustnlu.rundir import HYDRA_SETTINGS, RunDir, walk
 from robustnlu.scenario import Scenario
+<<<<<<< HEAD
 from robustnlu.sweep_jobs import (changed_settings, job_hash, read_sweep, shown_overrides, shown_setting, under,
                                   varying)
+=======
+from robustnlu.sweep_jobs import (ABSENT, OPTUNA_SWEEPER, changed_settings, job_hash, read_record, read_sweep,
+                                   shown_overrides, under, varying)
+>>>>>>> small-leftovers
 from robustnlu.sweep_state import TRAINING_CONFIG, sweep_status, sweeps_in
 
 if TYPE_CHECKING:
@@ -250,6 +255,25 @@ def _origin(run: Run) -> str:
     return f"chosen by HPO search {run.search.path}" if run.search else "chosen by no HPO search"
 
 
+def unchosen_trial(run: Run) -> str | None:
+    """Where ``run`` is a trial of an Optuna search that no ``best_params.json`` chose from (the
+    search run alone, or `robustnlu.hpo` stopped before it wrote one; its ``.hydra/hydra.yaml``
+    names `OPTUNA_SWEEPER`), what to run to choose the search's models (core paper section 5: its
+    2 best settings × 2 seeds); None otherwise."""
+    path = Path(run.path)
+    if run.search is not None or not (path / HYDRA_SETTINGS).is_file():
+        return None
+    try:
+        sweep = read_record(path.parent, path / HYDRA_SETTINGS)  # a job's record of its sweep's settings
+    except DataError:
+        return None
+    if sweep.sweeper != OPTUNA_SWEEPER:
+        return None
+    return (f"trials of the Optuna search {sweep.path}, which has no best_params.json: choose and retrain its 2 best "
+            f"settings with python -m robustnlu.hpo --no-search <the search's overrides> hydra.sweep.dir={sweep.path}, "
+            f"then report {sweep.path}")
+
+
 def check_one_setting(runs: Sequence[Run]) -> list[Run]:
     """`StudyError` naming the first of ``runs`` (in their order) trained with other settings than an
     earlier run of its method and scenario (`other_settings`: e.g. 1 and 4 epochs, another learning
@@ -275,9 +299,14 @@ def check_one_setting(runs: Sequence[Run]) -> list[Run]:
             continue
         other, other_config = first.setdefault(cell, (run, config))
         if differ := other_settings(config, other_config, run.search.searched if run.search else ()):
+<<<<<<< HEAD
             shown = "; ".join(f"{k}: {shown_setting(a)} vs {shown_setting(b)}" for k, (a, b) in differ.items())
+=======
+            shown = "; ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in differ.items())
+            trials = unchosen_trial(run)
+>>>>>>> small-leftovers
             raise StudyError(f"{run.path}: {run.method} in scenario {run.scenario.name} trained with other settings than "
-                             f"{other.path} ({shown}); report them separately")
+                             f"{other.path} ({shown})" + (f": {trials}" if trials else "; report them separately"))
     return [run for cell, run in uncompared if size[cell] > 1]
 
 

@@ -102,15 +102,16 @@ def searches_in(paths: Iterable[Path]) -> list[Search]:
 
 
 def select_chosen(searches: Sequence[Search], runs: list[Run],
-                  incomplete: list[Incomplete]) -> tuple[list[Run], list[Incomplete], list[str]]:
+                  incomplete: list[Incomplete]) -> tuple[list[Run], list[Incomplete], list[str], int]:
     """The runs and incomplete runs found (`robustnlu.analysis.runs.discover`) with each search's
     selection applied: below its sweep dir only the runs it chose, each tagged with its search
     (``Run.search``); a chosen run found nowhere under the inputs read from where the record
     names it, or listed as incomplete where it is missing or unfinished. Returns them (sorted by
-    path) and one line per search saying which trials it chose and how many runs it left out."""
+    path), one line per search saying which trials it chose and how many runs it left out, and how
+    many runs the searches left out in all."""
     found = {Path(r.path).absolute(): r for r in runs}
     unfinished = {Path(r.path).absolute() for r in incomplete}
-    lines = []
+    lines, left_out = [], 0
     for search in searches:
         below = [Path(r.path).absolute() for r in [*runs, *incomplete] if search.holds(r.path)]
         left = set(below) - {path for path, _ in search.chosen}
@@ -134,8 +135,10 @@ def select_chosen(searches: Sequence[Search], runs: list[Run],
                 incomplete.append(Incomplete(path, "missing", f"{what} chosen by {search.path / BEST_PARAMS}: {why}",
                                              folder=path.is_dir()))
         trials = ", ".join(what for _, what in search.chosen[::2])
+        n_left = sum(p in left for p in below)
+        left_out += n_left
         lines.append(f"`{search.path}` (study `{search.study}`): chose {trials} (each also retrained); "
-                     f"{sum(p in left for p in below)} other runs below it (trials not chosen) left out")
+                     f"{n_left} other runs below it (trials not chosen) left out")
     if not runs:
         raise StudyError(f"{', '.join(str(s.path) for s in searches)}: no finished run that its {BEST_PARAMS} chose")
-    return sorted(runs, key=lambda r: str(r.path)), sorted(incomplete, key=lambda r: str(r.path)), lines
+    return sorted(runs, key=lambda r: str(r.path)), sorted(incomplete, key=lambda r: str(r.path)), lines, left_out

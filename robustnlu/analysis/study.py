@@ -64,6 +64,8 @@ class Study:
     uncompared: list[Run] = field(default_factory=list)
     #: per HPO search read, what it chose and left out (`robustnlu.analysis.searches.select_chosen`)
     searches: list[str] = field(default_factory=list)
+    #: how many runs below the searches' sweep dirs they did not choose (trials not chosen), left out
+    left_out: int = 0
 
 
 def build_study(paths: Sequence[Path], alpha: float = 0.05, rounds: int = 10_000, seed: int = 0,
@@ -75,7 +77,7 @@ def build_study(paths: Sequence[Path], alpha: float = 0.05, rounds: int = 10_000
         raise StudyError(f"rounds must be >= 1, got {rounds}")
     if min_cluster_size < 1:
         raise StudyError(f"min_cluster_size must be >= 1, got {min_cluster_size}")
-    runs, incomplete, searches = select_chosen(searches_in(paths), *discover(paths))
+    runs, incomplete, searches, left_out = select_chosen(searches_in(paths), *discover(paths))
     check_results(runs)
     check_distinct(runs)
     check_one_split(runs)
@@ -83,7 +85,7 @@ def build_study(paths: Sequence[Path], alpha: float = 0.05, rounds: int = 10_000
     stats = scenario_stats(group_runs(runs), min_cluster_size)
     comparisons = compare_to_baseline(stats, alpha, rounds, seed, rule)
     return Study(list(map(Path, paths)), runs, incomplete, stats, comparisons, significance_counts(comparisons),
-                 alpha, rounds, seed, rule, min_cluster_size, uncompared, searches)
+                 alpha, rounds, seed, rule, min_cluster_size, uncompared, searches, left_out)
 
 
 FILES = ("table10_metrics.md", "table10_metrics.csv", "relative_change.md", "relative_change.csv",

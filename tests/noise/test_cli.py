@@ -40,6 +40,10 @@ def test_writes_a_noised_copy_that_reads_back(tmp_path):
     assert files["test"].read_bytes() == first
     assert noise_cli(sample, tmp_path / "noisy2", "noise=misspelling", "splits=[test]", "seed=4").returncode == 0
     assert (tmp_path / "noisy2" / "test.jsonl").read_bytes() != first
+    # its own folder (hydra.run.dir; the launches may share one) holds nothing but Hydra's job log:
+    # conf/noise_dataset.yaml's `outputs` are none, and the lock is released
+    for run_dir in (tmp_path / "outputs" / "noise").iterdir():
+        assert [p.name for p in run_dir.iterdir()] == ["__main__.log"]
 
 
 def test_unknown_split_is_a_one_line_error_and_writes_nothing(tmp_path):
