@@ -30,13 +30,8 @@ from robustnlu.errors import DataError, RobustNLUError
 from robustnlu.metrics.registry import MIN_CLUSTER_SIZE, TESTED, drop, worst_cluster, worst_cluster_key
 from robustnlu.rundir import HYDRA_SETTINGS, RunDir, walk
 from robustnlu.scenario import Scenario
-<<<<<<< HEAD
-from robustnlu.sweep_jobs import (changed_settings, job_hash, read_sweep, shown_overrides, shown_setting, under,
-                                  varying)
-=======
-from robustnlu.sweep_jobs import (ABSENT, OPTUNA_SWEEPER, changed_settings, job_hash, read_record, read_sweep,
-                                   shown_overrides, under, varying)
->>>>>>> small-leftovers
+from robustnlu.sweep_jobs import (OPTUNA_SWEEPER, changed_settings, job_hash, read_record, read_sweep, shown_overrides,
+                                  shown_setting, under, varying)
 from robustnlu.sweep_state import TRAINING_CONFIG, sweep_status, sweeps_in
 
 if TYPE_CHECKING:
@@ -299,12 +294,8 @@ def check_one_setting(runs: Sequence[Run]) -> list[Run]:
             continue
         other, other_config = first.setdefault(cell, (run, config))
         if differ := other_settings(config, other_config, run.search.searched if run.search else ()):
-<<<<<<< HEAD
             shown = "; ".join(f"{k}: {shown_setting(a)} vs {shown_setting(b)}" for k, (a, b) in differ.items())
-=======
-            shown = "; ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in differ.items())
             trials = unchosen_trial(run)
->>>>>>> small-leftovers
             raise StudyError(f"{run.path}: {run.method} in scenario {run.scenario.name} trained with other settings than "
                              f"{other.path} ({shown})" + (f": {trials}" if trials else "; report them separately"))
     return [run for cell, run in uncompared if size[cell] > 1]
