@@ -10,6 +10,7 @@ not: `data_file`, `open_data`, `read_data`."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import itertools
 import json
@@ -188,12 +189,19 @@ def atomic_write_files(files: Mapping[str | Path, Content]) -> list[Path]:
     return paths
 
 
+#: what ``link`` fails with on a file system without hard links (FAT, some FUSE and SMB mounts)
+LINKS_UNSUPPORTED = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
+
+
 def atomic_create(names: Iterable[str | Path], content: Content) -> Path:
     """Write ``content`` as a new file under the first of ``names`` (in one folder) that is free,
-    never replacing a file: the content goes to a temporary sibling first, which is then hard-linked
-    to each name in turn until a link succeeds (``link`` fails where the name exists, atomically,
-    on network file systems too). Of two processes that create at once, each gets a name of its own
-    and a complete file. Returns the name taken; `FileExistsError` where every name is taken."""
+    never replacing another's file: the content goes to a temporary sibling first, which is then
+    hard-linked to each name in turn until a link succeeds (``link`` fails where the name exists,
+    atomically, on network file systems too). Where the file system has no hard links
+    (`LINKS_UNSUPPORTED`), a name is claimed by creating it exclusively (``O_EXCL``) and the
+    content renamed onto it: a reader may see it empty for that moment. Of two processes that
+    create at once, each gets a name of its own and a complete file. Returns the name taken;
+    `FileExistsError` where every name is taken."""
     names = iter(names)
     first = Path(next(names))
     tmp = _temporary_sibling(first, content)
@@ -203,6 +211,14 @@ def atomic_create(names: Iterable[str | Path], content: Content) -> Path:
                 os.link(tmp, name)
             except FileExistsError:
                 continue
+            except OSError as err:
+                if err.errno not in LINKS_UNSUPPORTED:
+                    raise
+                try:  # no hard links here: the name claimed as an empty file, then the content renamed onto it
+                    os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+                except FileExistsError:
+                    continue
+                os.replace(tmp, name)
             return Path(name)
         raise FileExistsError(f"{first.parent}: every name for the new file is taken")
     finally:

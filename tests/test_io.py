@@ -1,5 +1,6 @@
-"""Atomic output (robustnlu/io.py): all or nothing, with the permissions of a plain open; outputs that
-would overwrite an input, or cannot be written, refused before any work. Input data read the same
+"""Atomic output (robustnlu/io.py): all or nothing, with the permissions of a plain open; a new file
+that never replaces another's (`atomic_create`); outputs that would overwrite an input, or cannot be
+written, refused before any work. Input data read the same
 compressed or not (`data_file`, `read_data`, `open_data`)."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from robustnlu.errors import ConfigError, DataError
-from robustnlu.io import (atomic_write_compressed, atomic_write_files, atomic_write_json, atomic_write_text,
+from robustnlu.io import (atomic_create, atomic_write_compressed, atomic_write_files, atomic_write_json, atomic_write_text,
                           check_outputs, data_file, open_data, read_data, same_path)
 
 
@@ -59,6 +60,28 @@ def test_a_set_whose_third_file_fails_replaces_none_and_leaves_no_temporary(tmp_
         atomic_write_files({tmp_path / "a.jsonl": "new a", tmp_path / "b.jsonl": "new b", tmp_path / "c.jsonl": disk_full,
                             tmp_path / "stats.json": "{}"})
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == old
+
+
+@pytest.mark.parametrize("links", ["hard links", "no hard links"])
+def test_a_created_file_takes_the_first_free_name_and_replaces_none(tmp_path, monkeypatch, links):
+    """The first name is another process's file: the content goes to the second, whole, the first
+    is left as it was, no temporary stays; with every name taken, `FileExistsError`. A file system
+    without hard links cannot be had here: ``os.link`` failing as on one (EPERM) stands in for it."""
+    if links == "no hard links":
+        def unsupported(src, dst):
+            raise PermissionError(errno.EPERM, "Operation not permitted", src, None, dst)
+        monkeypatch.setattr("robustnlu.io.os.link", unsupported)
+    (tmp_path / "a.json").write_text("another's\n")
+    assert atomic_create([tmp_path / "a.json", tmp_path / "a.2.json"], b"mine\n") == tmp_path / "a.2.json"
+    assert (tmp_path / "a.json").read_text() == "another's\n" and (tmp_path / "a.2.json").read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.2.json", "a.json"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "a.2.json").stat().st_mode) == 0o666 & ~umask  # a plain open's
+    with pytest.raises(FileExistsError):
+        atomic_create([tmp_path / "a.json", tmp_path / "a.2.json"], b"again\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.2.json", "a.json"]
+    assert (tmp_path / "a.2.json").read_text() == "mine\n"
 
 
 def test_an_output_that_is_an_input_however_spelled_is_refused(tmp_path, monkeypatch):
