@@ -54,12 +54,11 @@ def grid_sentence(grid: dict[str, Any] | None) -> str:
              for arch, hours in grid["gpu_hours"].items()]
     packed = " and ".join(f"{grid['gpu_hours_packed']['minilm'][n]:,.1f}" for n in epochs)
     stage = grid.get("cli_stage")
-    source = (f"the CLI run's epochs, measured before its stage {stage['status']}: {stage['error']}" if stage
-              else "the CLI run's epochs")
+    source = f"; from the CLI run's epochs, measured before its stage {stage['status']}: {stage['error']}" if stage else ""
     return (f"The SNIPS grid ({grid['runs']} runs: 8 scenarios × ERM and the three TopK methods × 2 seeds) on one "
             f"GPU, in GPU-hours at {' and at '.join(at)}: {'; '.join(parts)}; MiniLM with "
             f"{grid['packing_k']} runs per GPU ({grid['packing_speedup']:.2f}× the aggregate of one): {packed} "
-            f"(`bench/grid_cost.py`; from {source}).")
+            f"(`bench/grid_cost.py`{source}).")
 
 
 def section(results: dict[str, Any], source: str) -> str:
