@@ -102,8 +102,9 @@ device-wheels: install
 # The GPU check (bench/device_check.py): throughput, MFU, memory, K runs per GPU, the user's
 # command killed, resumed and predicting, the step's profile, torch.compile, pytest -m gpu; one JSON and
 # a log in $$OUT, else bench/results/latest-device/. Without CUDA its CPU variant (the tiny encoder; the
-# default suite runs it). On a lent GPU the device call runs the script itself, after make device-wheels:
-#   command "PYTHONUNBUFFERED=1 python3 -m bench.device_check --out $$OUT --budget 460", carry [".whl"], timeout_s 540
+# default suite runs it). On a lent GPU two device calls run the script itself, after make device-wheels:
+#   command "PYTHONUNBUFFERED=1 python3 -m bench.device_check --out $$OUT --call 1", carry [".whl"], timeout_s 470,
+#   then the same with --call 2 and timeout_s 220; bench.device_merge joins their JSONs (bench/DEVICE.md)
 device-check: install
 	$(PY) -m bench.device_check
 

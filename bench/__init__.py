@@ -60,8 +60,9 @@ the process; a crash does (exit status 1, with whatever was measured still writt
 
 The GPU check
 -------------
-``make device-check`` (`bench.device_check`, on a lent GPU machine through the device call of
-bench/DEVICE.md) measures the GPU path with the same loops and workload: throughput of the MiniLM
-and BERT-base architectures, MFU, memory, several runs per GPU, the CLI run, the step's profile and
-``torch.compile``; ``make device-wheels`` (`bench.device_wheels`) prepares what it carries.
+``make device-check`` (`bench.device_check`, on a lent GPU machine through the two device calls of
+bench/DEVICE.md, joined by `bench.device_merge`) measures the GPU path with the same loops and
+workload: throughput of the MiniLM and BERT-base architectures, MFU, memory, several runs per GPU,
+the CLI run, the step's profile and ``torch.compile``; ``make device-wheels`` (`bench.device_wheels`)
+prepares what it carries.
 """

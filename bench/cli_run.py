@@ -103,6 +103,8 @@ def cli_stage(overrides: list[str], device: str, work: Path, deadline: float, re
     resumed = run_child(["robustnlu", *common, "resume=true", "+resume_override=[callbacks.kill]"], timeout_s=remaining())
     result["resume"] = {"returncode": resumed["returncode"], "wall_s": resumed["wall_s"],
                         "peak_rss_bytes": resumed["peak_rss_bytes"]}
+    result["epochs"] = epoch_rows(clock)  # kept whatever fails after them
+    record(result)
     if resumed["returncode"] != 0:
         raise RuntimeError(f"resume=true failed (exit {resumed['returncode']}):\n{_tail(resumed)}")
     record_file = json.loads((run_dir / "results.json").read_text())
@@ -110,7 +112,6 @@ def cli_stage(overrides: list[str], device: str, work: Path, deadline: float, re
         resumed_from=record_file["resumed_from"], epochs_trained=record_file["epochs_trained"],
         fit_time_s=record_file["fit_time_s"], precision=record_file["precision"], device=record_file["device"],
         combined={split: 100 * record_file["metrics"][split]["combined"] for split in ("valid", "test")})
-    result["epochs"] = epoch_rows(clock)
     record(result)
 
     test_rows = [json.loads(line) for line in (run_dir / "predictions" / "test.jsonl").read_text().splitlines()]
@@ -119,8 +120,11 @@ def cli_stage(overrides: list[str], device: str, work: Path, deadline: float, re
     best = run_dir / record_file["best_checkpoint"]
     child = run_child(["robustnlu.predict", "--ckpt", str(best), "--file", str(utterances), "--out", str(predicted),
                        "--device", device], timeout_s=remaining())
-    result["predict"] = {"returncode": child["returncode"], "wall_s": child["wall_s"], "device": device,
-                         "utterances": len(test_rows)}
+    result["predict"] = {"returncode": child["returncode"], "timed_out": child["timed_out"], "wall_s": child["wall_s"],
+                         "device": device, "utterances": len(test_rows)}
+    record(result)
+    if child["timed_out"]:
+        raise TimeoutError(f"robustnlu.predict outlasted the stage's time ({child['wall_s']:.1f} s):\n{_tail(child)}")
     if child["returncode"] != 0:
         raise RuntimeError(f"robustnlu.predict failed (exit {child['returncode']}):\n{_tail(child)}")
     rows = [json.loads(line) for line in predicted.read_text().splitlines()]

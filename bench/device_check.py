@@ -1,8 +1,10 @@
-"""``make device-check`` (= ``python -m bench.device_check``): the GPU path measured in one command that
-fits a lent GPU's lease (bench/DEVICE.md has the device call), written as one JSON and a log.
+"""``make device-check`` (= ``python -m bench.device_check``): the GPU path measured in two device calls
+that fit a lent GPU's lease (``--call 1``, ``--call 2``: `CALLS`; bench/DEVICE.md has the calls, `LEASE`
+what they must fit), each written as one JSON and a log; `bench.device_merge` joins the calls' JSONs.
 
 On a CUDA machine, stage after stage (`STAGES`), each within its own time (`GPU_PLAN`) and all within
-``--budget`` seconds (a stage without time left is skipped, with the reason in the JSON):
+``--budget`` seconds (default: the sum of the stages' times; a stage without time left is skipped,
+with the reason in the JSON):
 
 setup       installs the carried wheels where hydra & co. are missing (`bench.device_wheels.install`),
             records the versions, the GPU, its driver and the CPU;
@@ -25,7 +27,8 @@ compile     ``torch.compile`` of the model (inductor, static shapes) on length-b
             the compilation's time apart; a hard stop at the stage's time;
 pytest_gpu  ``pytest -m gpu`` on the test files that hold GPU tests.
 
-The summary adds the SNIPS grid's projected GPU-hours from the CLI run's epochs (`bench.grid_cost`).
+The summary adds the SNIPS grid's projected GPU-hours from the CLI run's epochs (`bench.grid_cost`), also
+where a step of the stage after them (the resumed run's test, predict) failed.
 
 ``--cpu`` (or no CUDA device): the same stages on the CPU with the tiny random encoder, small step
 counts and no pytest (`CPU_PLAN`); the default test suite runs it (tests/test_device_check.py), so
@@ -85,11 +88,28 @@ GPU_PLAN: dict[str, Any] = {
                 "n_batches": 60},
     "cli": {"arch": "minilm", "limits": []},
     "profile": {"arch": "minilm", "batch_size": 32, "warmup": 5, "steps": 10},
-    "compile": {"configs": [("minilm", 32), ("minilm", 128), ("bert_base", 128), ("bert_base", 32)],
+    # BERT-base at batch 128 first: the configuration where compute, not the host, can dominate;
+    # inductor compiles each new shape in 10-40 s (the first lease), so the last may not be reached
+    "compile": {"configs": [("bert_base", 128), ("minilm", 32), ("bert_base", 32), ("minilm", 128)],
                 "backend": "inductor", "bucket": 16, "steps": 30},
-    "budgets": {"setup": 40, "matmul": 20, "throughput": 120, "packing": 75, "cli": 100, "profile": 35,
-                "compile": 75, "pytest_gpu": 100},
+    # seconds per stage, from the first lease on an H200 (bench/results/gpu/2026-11-27-nvidia-h200*.json)
+    # with margins: setup 15 s; matmul under 1 s; throughput 122 s; packing 25 s to start 8 workers,
+    # about 6.3 s per K, its 30 s reserve before a K and about 20 s to stop the workers; cli: train 42 s,
+    # resume 40 s, then predict's start-up (imports, CUDA) and 1,446 utterances; profile 24 s;
+    # compile: bert_base b128 (3 shapes) about 90 s, minilm b32 about 45 s; pytest -m gpu 56 s + start
+    "budgets": {"setup": 20, "matmul": 5, "throughput": 130, "packing": 85, "cli": 115, "profile": 30,
+                "compile": 125, "pytest_gpu": 70},
 }
+#: the device calls of one lease (``--call N``: setup and the N-th group of stages), each within one
+#: call's limit; bench/DEVICE.md gives each call's command and timeout (tests/test_device_check.py)
+CALLS = (("matmul", "throughput", "packing", "cli", "pytest_gpu"), ("profile", "compile"))
+#: the lease the calls must fit (bench/DEVICE.md): its device time, a machine's start at worst, and
+#: the device time the calls' budgets and the start are planned to take (two minutes left for
+#: calls that run to their timeouts)
+LEASE = {"device_s": 900, "start_s": 120, "planned_s": 720,
+         # one call's limit, and its timeout's time beyond the stages' budgets: Python's start, the
+         # summary, a stage that overruns its budget by seconds (one step, one worker's stop)
+         "call_limit_s": 600, "call_margin_s": 45}
 CPU_PLAN: dict[str, Any] = {
     "archs": CPU_ARCHS, "batch_sizes": (32,), "warmup": 1, "steps": {32: 2}, "repeats": 1,
     "matmul_n": 512, "matmul_repeats": 5,
@@ -433,15 +453,6 @@ class DeviceCheck:
         runs = entry["runs"]
         entry["compiled_vs_eager"] = {loop: runs[f"{loop}_compiled"]["examples_per_s"]
                                       / runs[f"{loop}_eager"]["examples_per_s"] for loop in ("plain", "lightning")}
-        dynamic = self._throughput_median(arch, batch_size, f"lightning_{_precision_name(precision)}")
-        if dynamic:
-            entry["lightning_compiled_vs_lightning_dynamic_eager"] = runs["lightning_compiled"]["examples_per_s"] / dynamic
-
-    def _throughput_median(self, arch: str, batch_size: int, variant: str) -> float | None:
-        for config in self.results.get("throughput", {}).get("configs", []):
-            if (config["arch"], config["batch_size"]) == (arch, batch_size):
-                return config.get("variants", {}).get(variant, {}).get("examples_per_s")
-        return None
 
     def pytest_gpu(self, deadline: float) -> None:
         files = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py")
@@ -471,6 +482,7 @@ class DeviceCheck:
                 self.results["stages"][name] = {"status": "skipped", "reason": "setup failed"}
                 continue
             self.run_stage(name, getattr(self, name))
+        link_compile_to_throughput(self.results)
         self.results["summary"] = summary(self.results)
         self.results["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.save()
@@ -512,6 +524,25 @@ def summarise_config(config: dict[str, Any], ours: str) -> None:
 GOALS = {"lightning_vs_plain": 0.9, "ours_vs_jointbert_recipe": 3.0}
 
 
+def throughput_median(results: dict[str, Any], arch: str, batch_size: int, variant: str) -> float | None:
+    for config in results.get("throughput", {}).get("configs", []):
+        if (config["arch"], config["batch_size"]) == (arch, batch_size):
+            return config.get("variants", {}).get(variant, {}).get("examples_per_s")
+    return None
+
+
+def link_compile_to_throughput(results: dict[str, Any]) -> None:
+    """Each compiled configuration's Lightning examples/s over the throughput stage's (dynamic
+    padding, eager) where both stages measured it, in the same call or in two merged ones."""
+    compiled = results.get("compile", {})
+    variant = f"lightning_{_precision_name(compiled.get('precision', 'bf16-mixed'))}"
+    for entry in compiled.get("configs", []):
+        dynamic = throughput_median(results, entry["arch"], entry["batch_size"], variant)
+        if dynamic and "lightning_compiled" in entry["runs"]:
+            entry["lightning_compiled_vs_lightning_dynamic_eager"] = (
+                entry["runs"]["lightning_compiled"]["examples_per_s"] / dynamic)
+
+
 def summary(results: dict[str, Any]) -> dict[str, Any]:
     """The headline numbers from the stages' results."""
     out: dict[str, Any] = {"goals": GOALS, "device": results.get("environment", {}).get("gpu")
@@ -535,11 +566,15 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
         out["packing"][f"k{row['k']}"] = {"aggregate_examples_per_s": row["aggregate_examples_per_s"],
                                           "speedup_vs_k1": row.get("speedup_vs_k1")}
     out["cli_epoch_s"] = [row["epoch_s"] for row in results.get("cli", {}).get("epochs", [])]
-    if results["stages"].get("cli", {}).get("status") == "done":  # hydra & co. are importable (the plan's)
+    if out["cli_epoch_s"]:  # the CLI stage trained: hydra & co. are importable (the plan's)
         from bench.grid_cost import grid_projection
 
         cut = any("limit_train_batches" in o for o in results["cli"]["overrides"])
         out["grid"] = grid_projection(out, cut_epochs=cut)
+        cli = results["stages"]["cli"]
+        if cli["status"] != "done":  # a later step (resume's test, predict) failed after the epochs
+            error = (cli.get("error") or "").split("\n", 1)[0].split(": ", 1)[-1].rstrip(":")
+            out["grid"]["cli_stage"] = {"status": cli["status"], "error": error}
     return out
 
 
@@ -604,16 +639,27 @@ def hard_stop(deadline: float):
         signal.signal(signal.SIGALRM, previous)
 
 
+def call_budget(stages) -> int:
+    """The seconds the GPU plan gives ``stages`` (setup included): a call's default ``--budget``."""
+    return sum(GPU_PLAN["budgets"][name] for name in {"setup", *stages})
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.device_check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpu", action="store_true", help="the CPU variant (also taken where there is no CUDA device)")
     p.add_argument("--out", type=Path,
                    help="the folder of the JSON and logs (default: $OUT, else bench/results/latest-device)")
-    p.add_argument("--budget", type=float, help="seconds for the whole check (default: 460 on a GPU, 3600 on the CPU)")
-    p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of: {', '.join(STAGES)}")
+    p.add_argument("--budget", type=float, help="seconds for the whole check (default: on a GPU the sum of its stages' "
+                                                "budgets in GPU_PLAN, on the CPU 3600)")
+    p.add_argument("--stages", help=f"comma-separated, of: {', '.join(STAGES)} (default: all)")
+    p.add_argument("--call", type=int, choices=range(1, len(CALLS) + 1),
+                   help="the stages of this device call of the lease (CALLS; bench/DEVICE.md), in place of --stages")
     args = p.parse_args(argv)
-    args.stages = set(args.stages.split(",")) | {"setup"}
+    if args.call and args.stages:
+        p.error("--call and --stages: give one of them")
+    chosen = CALLS[args.call - 1] if args.call else args.stages.split(",") if args.stages else STAGES
+    args.stages = set(chosen) | {"setup"}
     if args.stages - set(STAGES):
         p.error(f"--stages: unknown {sorted(args.stages - set(STAGES))}")
     if args.out is None:
@@ -628,7 +674,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.cpu:
         args.cpu = not _cuda_available()
     if args.budget is None:
-        args.budget = 3600.0 if args.cpu else 460.0
+        args.budget = 3600.0 if args.cpu else float(call_budget(args.stages))
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "device_check.log", "w") as log:
         sys.stdout, sys.stderr = Tee(sys.__stdout__, log), Tee(sys.__stderr__, log)

@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench import device_check
 from bench.device_check import number
 
 GIB = 2**30
@@ -27,11 +28,10 @@ LABELS = {"minilm": "MiniLM", "bert_base": "BERT-base", "tiny": "tiny"}
 
 def throughput_rows(results: dict[str, Any]) -> list[str]:
     """One markdown row per measured architecture and batch size."""
-    summary = results["summary"]
     compiled = {f"{c['arch']}_b{c['batch_size']}": c.get("compiled_vs_eager", {}).get("lightning")
                 for c in results.get("compile", {}).get("configs", [])}
     rows = []
-    for name, t in summary["throughput"].items():
+    for name, t in results["summary"]["throughput"].items():
         arch, batch = name.rsplit("_b", 1)
         memory = t["peak_memory_bytes"] / GIB if t["peak_memory_bytes"] else None
         rows.append(f"| {LABELS[arch]} | {batch} | {number(t['ours_examples_per_s'], ',.0f')} | {number(t['mfu'], '.1%')} | "
@@ -53,15 +53,20 @@ def grid_sentence(grid: dict[str, Any] | None) -> str:
     parts = [f"{LABELS[arch]} " + " and ".join(f"{hours[n]:,.1f}" for n in epochs)
              for arch, hours in grid["gpu_hours"].items()]
     packed = " and ".join(f"{grid['gpu_hours_packed']['minilm'][n]:,.1f}" for n in epochs)
+    stage = grid.get("cli_stage")
+    source = f"; from the CLI run's epochs, measured before its stage {stage['status']}: {stage['error']}" if stage else ""
     return (f"The SNIPS grid ({grid['runs']} runs: 8 scenarios × ERM and the three TopK methods × 2 seeds) on one "
             f"GPU, in GPU-hours at {' and at '.join(at)}: {'; '.join(parts)}; MiniLM with "
             f"{grid['packing_k']} runs per GPU ({grid['packing_speedup']:.2f}× the aggregate of one): {packed} "
-            "(`bench/grid_cost.py`).")
+            f"(`bench/grid_cost.py`{source}).")
 
 
 def section(results: dict[str, Any], source: str) -> str:
-    """The section's body for the device check ``results`` committed as ``source``."""
-    summary = results["summary"]
+    """The section's body for the device check ``results`` committed as ``source``; the summary is
+    computed afresh from its stages' results (`bench.device_check.summary`), so that a record written
+    before a change of the projection reads as a new one."""
+    summary = device_check.summary(results)
+    results = {**results, "summary": summary}
     lines = [
         f"Measured by the device check (bench/DEVICE.md) on {summary['device']} (torch {summary['torch']}, "
         f"{results['started'][:10]}; `{source}`), {results['wall_s']:.0f} s in all; the bf16 matmul rate measured "

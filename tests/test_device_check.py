@@ -10,6 +10,7 @@ import importlib.metadata
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -267,3 +268,124 @@ def test_the_tokenizer_wheel_installs_a_tokenizer_without_weights(tmp_path):
     from robustnlu.model.encoders import load_tokenizer
 
     assert ids == load_tokenizer({"kind": "embedded"})("play the latest album by adele")["input_ids"]
+
+
+COMMITTED = REPO / "bench" / "results" / "gpu" / "2026-11-27-nvidia-h200.json"
+
+
+def documented_calls() -> dict[int, tuple[str, int]]:
+    """bench/DEVICE.md's table of the device calls: call number → (command, timeout_s)."""
+    text = (REPO / "bench" / "DEVICE.md").read_text()
+    rows = re.findall(r"^\| (\d) \| `([^`]*)` \| `\[\"\.whl\"\]` \| `(\d+)` \|$", text, flags=re.M)
+    return {int(n): (command, int(timeout)) for n, command, timeout in rows}
+
+
+def test_the_calls_fit_the_lease():
+    """Every GPU stage in one call of the plan; each call's stages within its documented timeout, with
+    the margin the plan gives a call; the budgets and a machine's start within the planned device
+    time, and the timeouts and the start within the lease."""
+    from bench.device_check import CALLS, GPU_PLAN, LEASE, STAGES, call_budget, parse_args
+
+    assert sorted(s for call in CALLS for s in call) == sorted(set(STAGES) - {"setup"})
+    calls = documented_calls()
+    assert sorted(calls) == list(range(1, len(CALLS) + 1))
+    budgets = []
+    for n, (command, timeout) in calls.items():
+        assert command == f"PYTHONUNBUFFERED=1 python3 -m bench.device_check --out $OUT --call {n}"
+        stages = parse_args(command.split("device_check ")[1].split()).stages
+        assert stages == {"setup", *CALLS[n - 1]}
+        budget = sum(GPU_PLAN["budgets"][s] for s in stages)
+        assert call_budget(stages) == budget
+        assert budget + LEASE["call_margin_s"] <= timeout <= LEASE["call_limit_s"], n
+        budgets.append(budget)
+    assert sum(budgets) + LEASE["start_s"] <= LEASE["planned_s"]
+    assert sum(t for _, t in calls.values()) + LEASE["start_s"] <= LEASE["device_s"]
+
+
+def test_the_grid_is_projected_from_epochs_measured_before_predict_failed():
+    """The first lease's CLI stage: two epochs trained (19.37 and 16.08 s), then predict killed at
+    the stage's deadline; the grid's GPU-hours come from the epochs, and say the stage failed."""
+    from bench.device_check import summary
+    from bench.grid_cost import part_e_mean_epochs
+
+    results = json.loads(COMMITTED.read_text())
+    assert results["stages"]["cli"]["status"] == "failed"
+    assert [round(e["epoch_s"], 4) for e in results["cli"]["epochs"]] == [19.3709, 16.0761]
+    grid = summary(results)["grid"]
+    epoch_s = (19.370870113372803 + 16.07614803314209) / 2  # the median of two: 17.7235 s
+    assert grid["epoch_s"]["minilm"] == pytest.approx(epoch_s)
+    assert grid["gpu_hours"]["minilm"]["paper_max"] == pytest.approx(64 * 100 * 17.72351 / 3600, rel=1e-5)  # 31.51
+    mean, _ = part_e_mean_epochs()
+    assert grid["gpu_hours"]["minilm"]["part_e_mean"] == pytest.approx(64 * mean * epoch_s / 3600)
+    # BERT-base's epoch: MiniLM's times MiniLM's examples/s over BERT-base's (batch 32, ours)
+    ours = {c["arch"]: c["variants"]["lightning_bf16"]["examples_per_s"] for c in results["throughput"]["configs"]
+            if c["batch_size"] == 32}
+    assert grid["gpu_hours"]["bert_base"]["paper_max"] == pytest.approx(64 * 100 * epoch_s * ours["minilm"]
+                                                                        / ours["bert_base"] / 3600)
+    # packed: the best K of the packing table (K = 4, 4.26x)
+    assert grid["packing_k"] == 4
+    assert grid["gpu_hours_packed"]["minilm"]["paper_max"] == pytest.approx(
+        64 * 100 * epoch_s / 3600 / results["packing"]["table"][2]["speedup_vs_k1"])
+    assert grid["cli_stage"] == {"status": "failed", "error": "robustnlu.predict failed (exit -9)"}
+    sentence = gpu_readme.grid_sentence(grid)
+    assert "MiniLM 31.5 and" in sentence and "before its stage failed: robustnlu.predict failed (exit -9)" in sentence
+
+
+def split_call(results: dict, stages: set[str], n: int) -> dict:
+    """The JSON a call of ``stages`` (and setup) would have written of the same measurements."""
+    from bench.device_check import STAGES
+
+    call = {k: v for k, v in results.items() if k not in set(STAGES) - stages - {"setup"}}
+    call["stages"] = {s: v if s in stages | {"setup"} else {"status": "skipped", "reason": "not asked for (--stages)"}
+                      for s, v in results["stages"].items()}
+    call.update(command=f"check --call {n}", wall_s=100.0 * n, budget_s=200.0 * n)
+    if "throughput" not in stages:  # computed from the throughput stage's medians: not in this call
+        call = json.loads(json.dumps(call))
+        for entry in call.get("compile", {}).get("configs", []):
+            entry.pop("lightning_compiled_vs_lightning_dynamic_eager", None)
+    return call
+
+
+def test_two_calls_merge_into_one_record(tmp_path):
+    """The first lease's run cut into the two calls of the plan: merged, it is the run again, stage
+    by stage, with the compilation read against the throughput of the other call."""
+    from bench import device_merge
+    from bench.device_check import CALLS, STAGES, summary
+
+    results = json.loads(COMMITTED.read_text())
+    calls = [split_call(results, set(stages), n) for n, stages in enumerate(CALLS, start=1)]
+    paths = []
+    for n, call in enumerate(calls, start=1):
+        paths.append(tmp_path / f"call{n}.json")
+        paths[-1].write_text(json.dumps(call))
+    assert device_merge.main([*map(str, paths), "--out", str(tmp_path / "merged.json")]) == 0
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    for stage in STAGES:
+        assert merged["stages"][stage] == {**results["stages"][stage], "call": 1 if stage in ("matmul", "throughput",
+                                           "packing", "cli", "pytest_gpu") else 2}, stage
+        if stage != "setup":
+            assert merged.get(stage) == results.get(stage), stage
+    assert merged["environment"] == results["environment"]
+    (minilm_b32,) = [c for c in merged["compile"]["configs"] if (c["arch"], c["batch_size"]) == ("minilm", 32)]
+    assert minilm_b32["lightning_compiled_vs_lightning_dynamic_eager"] == pytest.approx(
+        minilm_b32["runs"]["lightning_compiled"]["examples_per_s"]
+        / results["summary"]["throughput"]["minilm_b32"]["ours_examples_per_s"])
+    assert merged["wall_s"] == 300.0 and merged["budget_s"] == 600.0
+    assert [c["ran"] for c in merged["calls"]] == [["setup", *CALLS[0]], ["setup", *CALLS[1]]]
+    assert merged["summary"] == json.loads(json.dumps(summary(results)))
+    assert gpu_readme.section(merged, "m.json") == gpu_readme.section(results, "m.json").replace(
+        f"{results['wall_s']:.0f} s in all", "300 s in all")
+
+
+def test_calls_of_another_gpu_do_not_merge(tmp_path, capsys):
+    from bench import device_merge
+
+    results = json.loads(COMMITTED.read_text())
+    other = json.loads(COMMITTED.read_text())
+    other["environment"]["gpu"] = "NVIDIA H100 80GB HBM3"
+    for n, call in enumerate((results, other), start=1):
+        (tmp_path / f"call{n}.json").write_text(json.dumps(call))
+    code = device_merge.main([str(tmp_path / "call1.json"), str(tmp_path / "call2.json"), "--out", str(tmp_path / "m.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: call 2 ran on") and err.count("\n") == 1
+    assert not (tmp_path / "m.json").exists()
