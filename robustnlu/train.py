@@ -74,7 +74,7 @@ PACKAGES = ("robustnlu", "torch", "transformers", "pytorch-lightning", "torchmet
 #: the errors of a write that the user can mend (room, quota, permissions): one line, not a traceback
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS})
 #: ``trainer.*`` keys that are robustnlu's, not `pl.Trainer` arguments (read by `SLUModule.from_config`)
-OWN_TRAINER_KEYS = ("on_nonfinite",)
+OWN_TRAINER_KEYS = ("on_nonfinite", "compile")
 
 
 def lightning_arguments(trainer_cfg: DictConfig) -> dict[str, Any]:
@@ -363,6 +363,7 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         "epochs_trained": trainer.current_epoch,
         "nonfinite_skips": module.nonfinite_skips,  # training batches dropped (trainer.on_nonfinite=skip)
         "precision": trainer.precision,  # as trained: trainer.precision=auto resolved (robustnlu/precision.py)
+        "compile": module.torch_compile,  # trainer.compile's mode and backend where enabled, else None
         # as trained: optimizer.fused=auto resolved (robustnlu/optim/adamw.py); a run resumed from a
         # checkpoint of the per-parameter loop keeps the loop (the optimiser state carries it)
         "optimizer_fused": any(bool(g.get("fused")) for g in trainer.optimizers[0].param_groups),
