@@ -15,6 +15,9 @@ the objective sees them, so a NaN or inf never enters any objective's state (gro
 averages, windows, its own networks) nor spreads through products such as 0·inf in group
 memberships: ``stop`` ends the run with `NonFiniteLoss`, ``skip`` drops the batch and counts it.
 
+``trainer.compile``: `training_forward` runs the model's forward pass compiled (static shapes, the
+batches in length buckets; `robustnlu.model.compiled`), evaluation eager.
+
 Model selection (``selection=``): the checkpoint callback monitors a validation metric; an
 adversarial criterion (``selection.criterion``, e.g. Greedy-Minmax, thesis 5.3.4) receives
 per-example validation errors, losses and the objective's adversary log-weights each

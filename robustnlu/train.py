@@ -7,7 +7,8 @@ The run directory (Hydra's runtime output dir) holds:
   ``drop/<m>``, ``<split>/worst_group_min10/<m>``, `robustnlu.metrics.registry.run_measures`),
   the drift split's key and statistics, the
   resolved config, seed, package versions, wall time, split sizes, the number of training
-  batches dropped for a non-finite loss (``nonfinite_skips``, ``trainer.on_nonfinite=skip``);
+  batches dropped for a non-finite loss (``nonfinite_skips``, ``trainer.on_nonfinite=skip``),
+  the precision and ``torch.compile`` settings it trained with (``precision``, ``compile``);
 - ``predictions/{valid,test}.jsonl``: uid, tokens, gold and predicted intent and tags;
 - with ``suite=[...]``: ``robustness.json`` / ``robustness.md``, the best checkpoint scored on
   noisy control / treatment pairs (`robustnlu.evaluate`), also under ``robustness`` in results.json;
