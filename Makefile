@@ -104,7 +104,7 @@ device-wheels: install
 # a log in $$OUT, else bench/results/latest-device/. Without CUDA its CPU variant (the tiny encoder; the
 # default suite runs it). On a lent GPU two device calls run the script itself, after make device-wheels:
 #   command "PYTHONUNBUFFERED=1 python3 -m bench.device_check --out $$OUT --call 1", carry [".whl"], timeout_s 470,
-#   then the same with --call 2 and timeout_s 220; bench.device_merge joins their JSONs (bench/DEVICE.md)
+#   then the same with --call 2 and timeout_s 295; bench.device_merge joins their JSONs (bench/DEVICE.md)
 device-check: install
 	$(PY) -m bench.device_check
 

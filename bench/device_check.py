@@ -22,9 +22,10 @@ cli         the user's command ``python -m robustnlu +experiment=snips_slot_cont
             resumed, then ``python -m robustnlu.predict``; the wall time of each epoch (`bench.cli_run`);
 profile     the step's parts from torch.profiler and the host synchronisations, Lightning and plain
             loop (`bench.profile_step`);
-compile     ``torch.compile`` of the model (inductor, static shapes) on length-bucketed batches
-            (`bench.workload.bucketed`: few shapes, few compilations) beside eager on the same batches;
-            the compilation's time apart; a hard stop at the stage's time;
+compile     the Lightning loop with ``trainer.compile`` (inductor, static shapes; modes default and
+            reduce-overhead, CUDA graphs) beside eager, on the same batches in length buckets
+            (``data.pad_to_multiple_of``: few shapes, few compilations); the compilation's time
+            apart; a hard stop at the stage's time;
 pytest_gpu  ``pytest -m gpu`` on the test files that hold GPU tests.
 
 The summary adds the SNIPS grid's projected GPU-hours from the CLI run's epochs (`bench.grid_cost`), also
@@ -91,22 +92,23 @@ GPU_PLAN: dict[str, Any] = {
     # BERT-base at batch 128 first: the configuration where compute, not the host, can dominate;
     # inductor compiles each new shape in 10-40 s (the first lease), so the last may not be reached
     "compile": {"configs": [("bert_base", 128), ("minilm", 32), ("bert_base", 32), ("minilm", 128)],
-                "backend": "inductor", "bucket": 16, "steps": 30},
+                "backend": "inductor", "modes": ["default", "reduce-overhead"], "bucket": 16, "steps": 30},
     # seconds per stage, from the first lease on an H200 (bench/results/gpu/2026-11-27-nvidia-h200*.json)
     # with margins: setup 15 s; matmul under 1 s; throughput 122 s; packing 25 s to start 8 workers,
     # about 6.3 s per K, its 30 s reserve before a K and about 20 s to stop the workers; cli: train 42 s,
     # resume 40 s, then predict's start-up (imports, CUDA) and 1,446 utterances; profile 24 s;
-    # compile: bert_base b128 (3 shapes) about 90 s, minilm b32 about 45 s; pytest -m gpu 56 s + start
+    # compile: eager, then trainer.compile in modes default and reduce-overhead, each compiling every
+    # bucket shape anew: bert_base b128 (3 shapes) about 2 x 90 s, minilm b32 about 2 x 45 s; pytest -m gpu 56 s + start
     "budgets": {"setup": 20, "matmul": 5, "throughput": 130, "packing": 85, "cli": 115, "profile": 30,
-                "compile": 125, "pytest_gpu": 70},
+                "compile": 200, "pytest_gpu": 70},
 }
 #: the device calls of one lease (``--call N``: setup and the N-th group of stages), each within one
 #: call's limit; bench/DEVICE.md gives each call's command and timeout (tests/test_device_check.py)
 CALLS = (("matmul", "throughput", "packing", "cli", "pytest_gpu"), ("profile", "compile"))
 #: the lease the calls must fit (bench/DEVICE.md): its device time, a machine's start at worst, and
-#: the device time the calls' budgets and the start are planned to take (two minutes left for
-#: calls that run to their timeouts)
-LEASE = {"device_s": 900, "start_s": 120, "planned_s": 720,
+#: the device time the calls' budgets and the start are planned to take (calls that run to their
+#: timeouts still end within the lease)
+LEASE = {"device_s": 900, "start_s": 120, "planned_s": 800,
          # one call's limit, and its timeout's time beyond the stages' budgets: Python's start, the
          # summary, a stage that overruns its budget by seconds (one step, one worker's stop)
          "call_limit_s": 600, "call_margin_s": 45}
@@ -118,8 +120,10 @@ CPU_PLAN: dict[str, Any] = {
                                        "++trainer.limit_test_batches=2"]},
     "profile": {"arch": "tiny", "batch_size": 32, "warmup": 1, "steps": 2},
     # dynamo's graph capture, guards and recompilations without inductor's code generation (minutes
-    # here); one bucket of 64 tokens and words: one compilation
-    "compile": {"configs": [("tiny", 32)], "backend": "eager", "bucket": 64, "steps": 2},
+    # here; the eager backend has no modes: both run the same graphs); one bucket of 64 tokens and
+    # words: one compilation
+    "compile": {"configs": [("tiny", 32)], "backend": "eager", "modes": ["default", "reduce-overhead"], "bucket": 64,
+                "steps": 2},
     # generous: a CPU run checks that every stage works, not how fast (the tests share a small machine)
     "budgets": {"setup": 300, "matmul": 300, "throughput": 600, "packing": 600, "cli": 600, "profile": 600,
                 "compile": 600, "pytest_gpu": 0},
@@ -394,8 +398,8 @@ class DeviceCheck:
 
         c = self.plan["compile"]
         precision = resolve_precision("auto", self.device().type)
-        result = self.results["compile"] = {"backend": c["backend"], "bucket": c["bucket"], "precision": precision,
-                                            "dynamic": False, "configs": []}
+        result = self.results["compile"] = {"backend": c["backend"], "modes": c["modes"], "bucket": c["bucket"],
+                                            "precision": precision, "dynamic": False, "configs": []}
         try:
             with hard_stop(deadline):
                 for arch, batch_size in c["configs"]:
@@ -411,17 +415,19 @@ class DeviceCheck:
             self.save()
 
     def _compile_config(self, arch: str, batch_size: int, precision: str, result: dict[str, Any]) -> None:
-        """Eager then compiled, plain loop and Lightning loop, on the same length-bucketed batches; the
-        Lightning loop's compiled model reuses the plain loop's compilations (same shapes, same code)."""
+        """The Lightning loop eager, then with ``trainer.compile`` in each of the plan's modes (the
+        module's own compilation at its first training batch, `SLUModule.training_forward`), on the
+        same batches in length buckets (``data.pad_to_multiple_of``); a fresh dynamo cache per run, so
+        each run's warm-up holds its compilation."""
         import torch._dynamo
 
-        from bench.loops import run_lightning, run_plain
-        from bench.workload import bucketed
-        from robustnlu.data.datamodule import Collator
+        from bench.loops import run_lightning
+        from bench.workload import compose_config
+        from robustnlu.module import compile_options
 
         c, device = self.plan["compile"], self.device()
         cfg, workload = self._workload(arch, batch_size, c["steps"] + 1)
-        batches = [bucketed(b, c["bucket"], Collator(workload.pad_token_id).pad_values) for b in workload.batches(None)]
+        batches = workload.batches(None, c["bucket"])
         shapes: dict[tuple, dict] = {}
         for b in batches:
             shapes.setdefault((tuple(b["input_ids"].shape), tuple(b["word_index"].shape)), b)
@@ -429,30 +435,32 @@ class DeviceCheck:
         entry: dict[str, Any] = {"arch": arch, "batch_size": batch_size, "shapes": len(shapes),
                                  "timed_steps": len(batches) - 1, "runs": {}}
         result["configs"].append(entry)
-        torch._dynamo.reset()  # a fresh cache: no earlier configuration's graphs count against its size limit
-        clip = float(cfg.trainer.gradient_clip_val)
-        for name in ("plain_eager", "lightning_eager", "plain_compiled", "lightning_compiled"):
+        for mode in (None, *c["modes"]):
+            name = "lightning_eager" if mode is None else "lightning_compiled" + ("" if mode == "default" else f"_{mode}")
             module = workload.fresh_module()
-            if name.endswith("compiled"):
-                module.model.compile(backend=c["backend"], dynamic=False)
+            if mode is not None:  # trainer.compile as a run's config gives it
+                run_cfg = compose_config(self.work / "compose", [
+                    *arch_overrides(self.plan, arch), f"data.pad_to_multiple_of={c['bucket']}",
+                    "trainer.compile.enabled=true", f"trainer.compile.mode={mode}", f"trainer.compile.backend={c['backend']}"])
+                module.torch_compile = compile_options(run_cfg.trainer)
+            torch._dynamo.reset()  # a fresh cache: no earlier run's graphs are reused or count against its limit
             graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
             started = time.monotonic()
-            if name.startswith("plain"):
-                timing = run_plain(module, run_batches, warmup, clip, device, "bucketed", precision)
-            else:
-                timing = run_lightning(cfg, module, run_batches, warmup, device, "bucketed", precision)
+            timing = run_lightning(cfg, module, run_batches, warmup, device, "bucketed", precision)
             wall = time.monotonic() - started
-            entry["runs"][name] = {"examples_per_s": timing.examples_per_s, "final_loss": timing.final_loss,
+            entry["runs"][name] = {"mode": mode, "examples_per_s": timing.examples_per_s, "final_loss": timing.final_loss,
                                    "warmup_s": wall - timing.seconds, "timed_s": timing.seconds,
                                    "graphs_compiled": torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs}
-            print(f"  {arch:9s} b{batch_size:<4d} {name:18s} {timing.examples_per_s:9.1f} ex/s "
+            print(f"  {arch:9s} b{batch_size:<4d} {name:34s} {timing.examples_per_s:9.1f} ex/s "
                   f"(warm-up {wall - timing.seconds:.1f} s, {len(shapes)} shapes)", flush=True)
             del module
             self._free()
             self.save()
-        runs = entry["runs"]
-        entry["compiled_vs_eager"] = {loop: runs[f"{loop}_compiled"]["examples_per_s"]
-                                      / runs[f"{loop}_eager"]["examples_per_s"] for loop in ("plain", "lightning")}
+            runs = entry["runs"]
+            eager = runs["lightning_eager"]["examples_per_s"]
+            # "lightning": the default mode's, the key the committed runs of the stage used (bench.gpu_readme)
+            entry["compiled_vs_eager"] = {"lightning" + n[len("lightning_compiled"):]: r["examples_per_s"] / eager
+                                          for n, r in runs.items() if r["mode"] is not None}
 
     def pytest_gpu(self, deadline: float) -> None:
         files = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py")

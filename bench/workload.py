@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
@@ -45,10 +44,11 @@ class Workload:
     pad_token_id: int
     initial: SLUModule  # never trained: every run trains a copy
 
-    def batches(self, pad_to: int | None) -> list[dict[str, torch.Tensor]]:
+    def batches(self, pad_to: int | None, pad_to_multiple_of: int | None = None) -> list[dict[str, torch.Tensor]]:
         """The benchmark batches, pre-collated with dynamic padding (``pad_to=None``) or padded
-        to ``pad_to`` tokens. Same examples in the same order whatever the padding."""
-        collate = Collator(self.pad_token_id, pad_to)
+        to ``pad_to`` tokens; ``pad_to_multiple_of``: in length buckets (`Collator`, as
+        ``data.pad_to_multiple_of`` collates them). Same examples in the same order whatever the padding."""
+        collate = Collator(self.pad_token_id, pad_to, pad_to_multiple_of, self.cfg.data.max_length)
         return [collate([self.train[i] for i in idx]) for idx in self.index_lists]
 
     def fresh_module(self) -> SLUModule:
@@ -85,18 +85,3 @@ def token_stats(batches: Sequence[dict[str, torch.Tensor]]) -> dict[str, float]:
         "max_seq_len": max((b["input_ids"].size(1) for b in batches), default=0),
     }
 
-
-def bucketed(batch: dict[str, torch.Tensor], multiple: int, pad_values: dict[str, float]) -> dict[str, torch.Tensor]:
-    """``batch`` padded further: its token dimension (``input_ids``, ``attention_mask``) and its word
-    dimension (``word_index``, ``word_mask``, ``slot_labels``) each up to a multiple of ``multiple``,
-    with the collator's pad values (``Collator.pad_values``, 0 where none is listed). Length buckets:
-    a few shapes instead of one per longest utterance, so that ``torch.compile`` compiles few graphs.
-    The losses are those of ``batch``: the padding is masked (a padded word gathers token 0 and has
-    no label)."""
-    out = {}
-    for key, tensor in batch.items():
-        if tensor.dim() == 2:
-            length = tensor.size(1)
-            tensor = F.pad(tensor, (0, -(-length // multiple) * multiple - length), value=pad_values.get(key, 0))
-        out[key] = tensor
-    return out

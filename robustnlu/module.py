@@ -15,6 +15,9 @@ the objective sees them, so a NaN or inf never enters any objective's state (gro
 averages, windows, its own networks) nor spreads through products such as 0·inf in group
 memberships: ``stop`` ends the run with `NonFiniteLoss`, ``skip`` drops the batch and counts it.
 
+``trainer.compile``: `training_forward` runs the model's forward pass compiled (static shapes, the
+batches in length buckets; `robustnlu.model.compiled`), evaluation eager.
+
 Model selection (``selection=``): the checkpoint callback monitors a validation metric; an
 adversarial criterion (``selection.criterion``, e.g. Greedy-Minmax, thesis 5.3.4) receives
 per-example validation errors, losses and the objective's adversary log-weights each
@@ -23,7 +26,7 @@ validation during fit and returns the metrics to log, among them the one monitor
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytorch_lightning as pl
@@ -42,8 +45,9 @@ from robustnlu.distributed import gather_task_losses
 from robustnlu.errors import ConfigError, DataError, NonFiniteLoss, first_line
 from robustnlu.metrics.slu import SLUMetrics
 from robustnlu.metrics.slu import WORST_GROUP_ID
+from robustnlu.model.compiled import compiled_forward
 from robustnlu.model.encoders import encoder_from_config
-from robustnlu.model.jointbert import JointBERT, TaskLosses
+from robustnlu.model.jointbert import JointBERT, JointBERTOutput, TaskLosses
 from robustnlu.model.spec import ModelSpec
 from robustnlu.optim import build_optimizer
 from robustnlu.precision import fp32
@@ -74,6 +78,14 @@ def _targets(node: Any, key: str) -> Iterator[tuple[str, Any]]:
                 yield from _targets(value, f"{key}.{name}")
 
 
+def compile_options(trainer_cfg) -> dict[str, str] | None:
+    """``trainer.compile``'s mode and backend where it is enabled (`SLUModule`'s ``torch_compile``), else None."""
+    compile_cfg = trainer_cfg.get("compile")
+    if compile_cfg is None or not compile_cfg.enabled:
+        return None
+    return {"mode": compile_cfg.mode, "backend": compile_cfg.backend}
+
+
 class SLUModule(pl.LightningModule):
     def __init__(
         self,
@@ -87,18 +99,25 @@ class SLUModule(pl.LightningModule):
         encoder: nn.Module | None = None,
         selection: dict[str, Any] | None = None,
         on_nonfinite: str = "stop",
+        torch_compile: dict[str, str] | None = None,
     ):
         """``encoder_spec`` is the ``encoder=`` config (it names the tokenizer);
         ``encoder_config`` the encoder's Hugging Face config. ``encoder`` is the pre-trained
         encoder for a new run; when a checkpoint is loaded it is None and the architecture is
-        rebuilt from ``encoder_config``. ``on_nonfinite``: one of `ON_NONFINITE` (a training
-        setting, not stored with the model)."""
+        rebuilt from ``encoder_config``. ``on_nonfinite``: one of `ON_NONFINITE`; ``torch_compile``:
+        ``trainer.compile``'s mode and backend where it is enabled, else None (training settings,
+        not stored with the model)."""
         super().__init__()
         # not logged: the loggers get the run's whole config, flat (`robustnlu.dashboard.run_config`)
-        self.save_hyperparameters(ignore=["encoder", "on_nonfinite"], logger=False)
+        self.save_hyperparameters(ignore=["encoder", "on_nonfinite", "torch_compile"], logger=False)
         if on_nonfinite not in ON_NONFINITE:
             raise ConfigError(f"trainer.on_nonfinite: expected one of {', '.join(ON_NONFINITE)} (got {on_nonfinite})")
         self.on_nonfinite = on_nonfinite
+        self.torch_compile = torch_compile
+        #: the most batch shapes of training (`Collator.shape_count`), from the data module in `setup`
+        self.shape_count: int | None = None
+        #: the model's compiled forward method (``torch_compile``), made at the first training batch
+        self.compiled_forward: Callable | None = None
         #: training batches dropped for a non-finite loss (``on_nonfinite=skip``; in checkpoints)
         self.nonfinite_skips = 0
         self.vocab = LabelVocab.from_dict(vocab)
@@ -151,8 +170,8 @@ class SLUModule(pl.LightningModule):
     @classmethod
     def from_config(cls, cfg, vocab: LabelVocab, eval_intents: list[str], encoder: nn.Module) -> SLUModule:
         """A new module from the composed run config (``cfg.model``, ``.method``,
-        ``.optimizer``, ``.encoder``, ``.selection``, ``.trainer.on_nonfinite``) around a
-        pre-trained ``encoder``."""
+        ``.optimizer``, ``.encoder``, ``.selection``, ``.trainer.on_nonfinite``, ``.trainer.compile``)
+        around a pre-trained ``encoder``."""
         keys = ("model", "method", "optimizer", "encoder", "selection")
         plain = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in keys}
         return cls(
@@ -166,6 +185,7 @@ class SLUModule(pl.LightningModule):
             encoder=encoder,
             selection=plain["selection"],
             on_nonfinite=cfg.trainer.get("on_nonfinite", "stop"),
+            torch_compile=compile_options(cfg.trainer),
         )
 
     @classmethod
@@ -193,8 +213,12 @@ class SLUModule(pl.LightningModule):
         if stage == "fit" and self.on_nonfinite == "skip" and self.trainer.world_size > 1:
             raise ConfigError("trainer.on_nonfinite: skip drops a batch by returning no loss, which Lightning does "
                               f"not support under DDP; use stop (got skip with {self.trainer.world_size} processes)")
+        if stage == "fit" and self.torch_compile is not None and self.trainer.world_size > 1:
+            raise ConfigError("trainer.compile.enabled: compiles the model of one process, not under DDP; train on "
+                              f"one device or without it (got true with {self.trainer.world_size} processes)")
         if stage == "fit" and datamodule is not None:
             self.pad_values = datamodule.collate.pad_values
+            self.shape_count = datamodule.collate.shape_count()
             self.objective.setup(datamodule, self.model)
             weights = self.objective.sample_weights()
             if weights is not None:
@@ -236,8 +260,22 @@ class SLUModule(pl.LightningModule):
             if rng["cuda"] and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
                 torch.cuda.set_rng_state_all(rng["cuda"])
 
+    def training_forward(self, batch: dict[str, torch.Tensor]) -> JointBERTOutput:
+        """The model's forward pass on a training batch: compiled with ``trainer.compile`` (at the
+        first batch, `robustnlu.model.compiled`), else eager. Validation and test stay eager: they
+        would compile graphs of their own (no gradients, dropout off, their batch size) for a
+        small share of a run's steps."""
+        if self.torch_compile is None:
+            return self.model(batch)
+        if self.compiled_forward is None:
+            self.compiled_forward = compiled_forward(self.model, **self.torch_compile, shape_count=self.shape_count)
+        # with CUDA graphs (mode reduce-overhead): a new step begins, so the graphs may reuse the
+        # memory of the last step's outputs (nothing reads them any more); a no-op otherwise
+        torch.compiler.cudagraph_mark_step_begin()
+        return self.compiled_forward(batch)
+
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
-        output = self.model(batch)  # in the trainer's precision (bf16 autocast with bf16-mixed)
+        output = self.training_forward(batch)  # in the trainer's precision (bf16 autocast with bf16-mixed)
         # under DDP: the losses of the whole global batch, from every process (robustnlu/distributed.py)
         losses = gather_task_losses(self.model.task_losses(output, batch), self.pad_values)
         nonfinite = ~(torch.isfinite(losses.slot) & torch.isfinite(losses.intent))

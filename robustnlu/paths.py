@@ -159,8 +159,9 @@ def upgrade_run_config(config: dict[str, Any]) -> dict[str, Any]:
     - ``paths.data_dir`` (`_upgrade_paths`): the datasets' folder, was ``paths.root``.
     - ``optimizer._target_``, ``_partial_`` and AdamW's ``fused`` (`_upgrade_optimizer`).
     - a top-level ``adversary`` (`_upgrade_adversary`): now ``method.groups`` / ``method.adversary``.
+    - ``trainer.compile`` and ``data.pad_to_multiple_of`` (`_upgrade_compile`).
     """
-    return _upgrade_adversary(_upgrade_optimizer(_upgrade_paths(config)))
+    return _upgrade_compile(_upgrade_adversary(_upgrade_optimizer(_upgrade_paths(config))))
 
 
 def _upgrade_paths(config: dict[str, Any]) -> dict[str, Any]:
@@ -207,6 +208,18 @@ def _upgrade_adversary(config: dict[str, Any]) -> dict[str, Any]:
     compares as a setting the current code has not)."""
     if "adversary" in config and not config["adversary"]:
         return {k: v for k, v in config.items() if k != "adversary"}
+    return config
+
+
+def _upgrade_compile(config: dict[str, Any]) -> dict[str, Any]:
+    """A config written before ``trainer.compile`` and ``data.pad_to_multiple_of`` existed ran eager
+    (the shipped ``trainer.compile`` disabled) on batches without length buckets (null)."""
+    trainer, data = config.get("trainer"), config.get("data")
+    if isinstance(trainer, dict) and "compile" not in trainer:
+        shipped_compile = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "trainer" / "default.yaml")["compile"])
+        config = {**config, "trainer": {**trainer, "compile": {**shipped_compile, "enabled": False}}}
+    if isinstance(data, dict) and "pad_to_multiple_of" not in data:
+        config = {**config, "data": {**data, "pad_to_multiple_of": None}}
     return config
 
 

@@ -7,7 +7,8 @@ The run directory (Hydra's runtime output dir) holds:
   ``drop/<m>``, ``<split>/worst_group_min10/<m>``, `robustnlu.metrics.registry.run_measures`),
   the drift split's key and statistics, the
   resolved config, seed, package versions, wall time, split sizes, the number of training
-  batches dropped for a non-finite loss (``nonfinite_skips``, ``trainer.on_nonfinite=skip``);
+  batches dropped for a non-finite loss (``nonfinite_skips``, ``trainer.on_nonfinite=skip``),
+  the precision and ``torch.compile`` settings it trained with (``precision``, ``compile``);
 - ``predictions/{valid,test}.jsonl``: uid, tokens, gold and predicted intent and tags;
 - with ``suite=[...]``: ``robustness.json`` / ``robustness.md``, the best checkpoint scored on
   noisy control / treatment pairs (`robustnlu.evaluate`), also under ``robustness`` in results.json;
@@ -74,7 +75,7 @@ PACKAGES = ("robustnlu", "torch", "transformers", "pytorch-lightning", "torchmet
 #: the errors of a write that the user can mend (room, quota, permissions): one line, not a traceback
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS})
 #: ``trainer.*`` keys that are robustnlu's, not `pl.Trainer` arguments (read by `SLUModule.from_config`)
-OWN_TRAINER_KEYS = ("on_nonfinite",)
+OWN_TRAINER_KEYS = ("on_nonfinite", "compile")
 
 
 def lightning_arguments(trainer_cfg: DictConfig) -> dict[str, Any]:
@@ -363,6 +364,7 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
         "epochs_trained": trainer.current_epoch,
         "nonfinite_skips": module.nonfinite_skips,  # training batches dropped (trainer.on_nonfinite=skip)
         "precision": trainer.precision,  # as trained: trainer.precision=auto resolved (robustnlu/precision.py)
+        "compile": module.torch_compile,  # trainer.compile's mode and backend where enabled, else None
         # as trained: optimizer.fused=auto resolved (robustnlu/optim/adamw.py); a run resumed from a
         # checkpoint of the per-parameter loop keeps the loop (the optimiser state carries it)
         "optimizer_fused": any(bool(g.get("fused")) for g in trainer.optimizers[0].param_groups),

@@ -134,3 +134,15 @@ def test_the_committed_erm_records_of_before_and_after_those_settings_differ_in_
     assert changed_settings(old["config"], new["config"]) == {
         "optimizer.fused": (False, "auto"), "scenario": ("snips-slot_context-False-iid", "snips-slot_context-full-iid"),
         "seed": (0, 1)}
+
+
+def test_a_run_config_from_before_compile_and_length_buckets_is_the_eager_run_without_buckets():
+    """Such a run trained eager on dynamically padded batches: the same run as one with the shipped
+    ``trainer.compile`` (disabled) and ``data.pad_to_multiple_of: null``, not as a compiled one."""
+    old = {"trainer": {"max_epochs": 3}, "data": {"batch_size": 32}, "seed": 0}
+    current = {"trainer": {"max_epochs": 3, "compile": {"enabled": False, "mode": "default", "backend": "inductor"}},
+               "data": {"batch_size": 32, "pad_to_multiple_of": None}, "seed": 0}
+    assert changed_settings(old, current) == {}
+    compiled = {**current, "trainer": {"max_epochs": 3, "compile": {**current["trainer"]["compile"], "enabled": True}}}
+    assert changed_settings(old, compiled) == {"trainer.compile.enabled": (False, True)}
+    assert upgrade_run_config(current) == current

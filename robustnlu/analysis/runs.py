@@ -217,9 +217,10 @@ def check_one_split(runs: Sequence[Run]) -> None:
 #: spelling changed: ``snips-slot_context-False-iid``, now ``...-full-iid``) and AdamW's kernel
 #: (``optimizer.fused``: the same update to float rounding, robustnlu/optim/adamw.py, as a GPU's
 #: non-deterministic kernels are; the committed ERM records of docs/studies.md's recipe were
-#: trained with either); the models an HPO search chose also in the keys it searched
-#: (`other_settings`' ``searched``)
-POOLED_OVER = ("seed", "scenario", "optimizer.fused")
+#: trained with either), ``torch.compile`` (``trainer.compile``: the same step to float rounding)
+#: and length buckets (``data.pad_to_multiple_of``: masked padding, the same losses); the models an
+#: HPO search chose also in the keys it searched (`other_settings`' ``searched``)
+POOLED_OVER = ("seed", "scenario", "optimizer.fused", "trainer.compile", "data.pad_to_multiple_of")
 
 
 def trained_config(run: Run) -> dict[str, Any] | None:

@@ -34,7 +34,7 @@ from robustnlu.config_schema.drift import drift, split_rule, validation
 from robustnlu.config_schema.method import CONATURAL_RULE, method, optimizer, ratio_layers_rule, selection, top_k_rule
 from robustnlu.config_spec import (
     AT_LEAST_1, DROPOUT, MISSING, NON_NEGATIVE, SEED, FolderName, Node, Seq, bad, choice, flag, integer, number, text)
-from robustnlu.config_schema.training import TINY_POSITIONS_RULE, callbacks, encoder, loggers, paths, trainer
+from robustnlu.config_schema.training import COMPILE_BUCKETS_RULE, TINY_POSITIONS_RULE, callbacks, encoder, loggers, paths, trainer
 
 
 @lru_cache(maxsize=None)
@@ -56,7 +56,7 @@ def schema(config_name: str) -> Node:
             # +resume_override=[key, ...]: settings a resumed run may change (robustnlu/resume.py)
             "resume_override": Seq(text(pattern=r"[\w.]+")),
         }, optional=frozenset({"suite", "efficiency", "resume_override"}),
-            rules=(split_rule(), TINY_POSITIONS_RULE, CONATURAL_RULE, top_k_rule(), ratio_layers_rule()))
+            rules=(split_rule(), TINY_POSITIONS_RULE, COMPILE_BUCKETS_RULE, CONATURAL_RULE, top_k_rule(), ratio_layers_rule()))
     if config_name == "seqdrift":  # python -m robustnlu.seqdrift
         return Node({"dataset": dataset(), "drift": drift(), "validation": validation(), "paths": paths(),
                      "inspect": integer(NON_NEGATIVE), "inspect_examples": integer(NON_NEGATIVE),

@@ -69,6 +69,7 @@ def data() -> Node:
     """conf/data/default.yaml (robustnlu.data.datamodule.SLUDataModule)."""
     return Node({"batch_size": integer(AT_LEAST_1), "eval_batch_size": integer(AT_LEAST_1),
                  "max_length": integer("[3, inf)"), "pad_to": integer("[3, inf)", null=True),
+                 "pad_to_multiple_of": integer(AT_LEAST_1, null=True),
                  "length_bucketing": flag(), "num_workers": integer(NON_NEGATIVE)},
                 rules=(Rule("pad_to", lambda d, _: d["pad_to"] is None or d["pad_to"] >= d["max_length"],
                             "must be null or >= data.max_length"),))

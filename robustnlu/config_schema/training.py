@@ -51,9 +51,20 @@ PRECISIONS = ("auto", "64-true", "64", "32-true", "32", "16-mixed", "16", "bf16-
               "transformer-engine", "transformer-engine-float16", 64, 32, 16)
 
 
+#: ``trainer.compile`` compiles one graph per batch shape: it needs the batches in length buckets
+COMPILE_BUCKETS_RULE = Rule(
+    "trainer.compile.enabled",
+    lambda c, _: not (c["trainer"].get("compile") or {}).get("enabled") or c["data"]["pad_to_multiple_of"] is not None,
+    "needs length buckets, data.pad_to_multiple_of (e.g. 16): with static shapes every distinct batch shape "
+    "compiles a graph of its own")
+
+
 def trainer() -> Node:
     """conf/trainer/: the `pytorch_lightning.Trainer` arguments (any other one of them is
-    allowed unchecked, e.g. ``+trainer.limit_train_batches=10``) and ``on_nonfinite``, ours."""
+    allowed unchecked, e.g. ``+trainer.limit_train_batches=10``) and ``on_nonfinite`` and
+    ``compile``, ours."""
+    from robustnlu.model.compiled import BACKENDS, MODES
+
     return Node({
         "_target_": choice("pytorch_lightning.Trainer"), "default_root_dir": text(),
         "max_epochs": integer(AT_LEAST_1), "accelerator": choice("auto", "cpu", "gpu", "cuda", "mps", "tpu"),
@@ -64,7 +75,8 @@ def trainer() -> Node:
         "log_every_n_steps": integer(AT_LEAST_1), "deterministic": AnyOf((flag(), choice("warn")), "must be true, false or warn"),
         "enable_model_summary": flag(), "enable_progress_bar": flag(), "use_distributed_sampler": flag(),
         "strategy": Anything(), "num_nodes": integer(AT_LEAST_1), "on_nonfinite": choice("stop", "skip"),
-    }, optional=frozenset({"strategy", "num_nodes", "on_nonfinite"}), extra=lambda: arguments_of("pytorch_lightning.Trainer"))
+        "compile": Node({"enabled": flag(), "mode": choice(*MODES), "backend": choice(*BACKENDS)}),
+    }, optional=frozenset({"strategy", "num_nodes", "on_nonfinite", "compile"}), extra=lambda: arguments_of("pytorch_lightning.Trainer"))
 
 
 def callbacks() -> MapOf:

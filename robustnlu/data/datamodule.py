@@ -90,20 +90,43 @@ class EncodedDataset(Dataset):
 class Collator:
     """Pads a batch to its own longest sequence (dynamic padding), or to ``pad_to`` tokens
     (fixed padding, JointBERT's default of 50; kept for the benchmark and for users who need
-    static shapes)."""
+    static shapes). ``pad_to_multiple_of``: length buckets, the token and the word dimension each
+    padded further up to a multiple of it, but not past ``max_length`` (where no utterance is
+    longer): a few shapes instead of one per longest utterance, which ``torch.compile`` with
+    static shapes needs (``trainer.compile``). Padding is masked, so losses and predictions are
+    those of dynamic padding."""
 
-    def __init__(self, pad_token_id: int, pad_to: int | None = None):
+    def __init__(self, pad_token_id: int, pad_to: int | None = None, pad_to_multiple_of: int | None = None,
+                 max_length: int | None = None):
         self.pad_token_id = pad_token_id
         self.pad_to = pad_to
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.max_length = max_length
         #: the value padding fills in each batch tensor (0 where not listed)
         self.pad_values = {"input_ids": pad_token_id, "slot_labels": -100}
+
+    def shape_count(self) -> int | None:
+        """The most distinct (token, word) dimensions its batches can have: the number of length
+        buckets up to ``max_length``, squared (None without buckets or ``max_length``)."""
+        if self.pad_to_multiple_of is None or self.max_length is None:
+            return None
+        return (-(-self.max_length // self.pad_to_multiple_of)) ** 2
+
+    def bucket(self, length: int) -> int:
+        """``length`` rounded up to its length bucket (itself without ``pad_to_multiple_of``)."""
+        multiple = self.pad_to_multiple_of
+        if multiple is None:
+            return length
+        rounded = -(-length // multiple) * multiple
+        return min(rounded, max(length, self.max_length)) if self.max_length is not None else rounded
 
     def __call__(self, items: Sequence[tuple[int, EncodedUtterance]]) -> dict[str, torch.Tensor]:
         b = len(items)
         seq_len = max(len(e.input_ids) for _, e in items)
         if self.pad_to is not None:
             seq_len = max(seq_len, self.pad_to)
-        n_words = max(1, max(len(e.word_index) for _, e in items))
+        seq_len = self.bucket(seq_len)
+        n_words = self.bucket(max(1, max(len(e.word_index) for _, e in items)))
         input_ids = torch.full((b, seq_len), self.pad_values["input_ids"], dtype=torch.long)
         attention_mask = torch.zeros((b, seq_len), dtype=torch.long)
         word_index = torch.zeros((b, n_words), dtype=torch.long)
@@ -252,6 +275,7 @@ class SLUDataModule(pl.LightningDataModule):
         eval_batch_size: int = 64,
         max_length: int = 128,
         pad_to: int | None = None,
+        pad_to_multiple_of: int | None = None,
         length_bucketing: bool = False,
         num_workers: int = 0,
         seed: int = 0,
@@ -268,7 +292,7 @@ class SLUDataModule(pl.LightningDataModule):
         self.num_workers = num_workers
         self.seed = seed
         self.groups = groups
-        self.collate = Collator(tokenizer.pad_token_id, pad_to)
+        self.collate = Collator(tokenizer.pad_token_id, pad_to, pad_to_multiple_of, max_length)
         self.datasets: dict[str, EncodedDataset] = {}
         self.train_sampler: ShuffledBatchSampler | None = None
         self.sample_weights: torch.Tensor | None = None
