@@ -38,7 +38,7 @@ RULE_NOTES = {
     "best": ("Each variant's figure is the best of its repeats (timeit's rule), re-summarised from the JSON's runs "
              "(`python -m bench.gpu_readme`): this run predates the shape warm-up (`bench/throughput.py`), its "
              "variants ran in a fixed order, and the first of each configuration ({first}) paid the first use of "
-             "dynamic padding's new shapes in its first repeat; the JSON's own summary, a median of {repeats}, "
+             "dynamic padding's new shapes in its first repeat; the JSON's own summary, the median of its {repeats} repeats, "
              "averaged that in."),
 }
 

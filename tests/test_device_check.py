@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from bench import device_wheels, gpu_readme
+from bench.throughput import RULE_LABELS, summary_rule
 from integration_helpers import REPO
 
 MEASURED = ("examples_per_s", "seconds", "wall_s", "flops_per_s", "model_flops_per_s", "epoch_s", "train_s",
@@ -73,7 +74,20 @@ def test_throughput_runs_and_ratios_are_those_of_the_runs(check):
     assert set(config["variants"]) == set(settings["variants"]) == {
         "lightning_bf16", "lightning_fp32", "plain_bf16", "plain_fp32", "recipe_fp32"}
     steps = settings["steps"]["32"]
+    assert settings["shape_warmup"] and settings["repeats"] == 2
+    # the order rotates: the second repeat starts where the first's second variant stood
+    assert [(r["repeat"], r["variant"]) for r in config["runs"]] == [
+        (0, "lightning_bf16"), (0, "lightning_fp32"), (0, "plain_bf16"), (0, "plain_fp32"), (0, "recipe_fp32"),
+        (1, "lightning_fp32"), (1, "plain_bf16"), (1, "plain_fp32"), (1, "recipe_fp32"), (1, "lightning_bf16")]
+    # one shape warm-up step for the recipe's fixed padding; at most one per step after the warm-up
+    assert config["shape_warmup_steps"]["fixed"] == 1 and 1 <= config["shape_warmup_steps"]["dynamic"] <= steps + 1
+    assert config["load_s"] > 0 and config["summary_rule"] == "median"
+    for name, variant in config["variants"].items():
+        speeds = [r["examples_per_s"] for r in config["runs"] if r["variant"] == name]
+        assert variant["runs"] == 2 and variant["examples_per_s"] == pytest.approx(sum(speeds) / 2)
+        assert (variant["min_examples_per_s"], variant["max_examples_per_s"]) == (min(speeds), max(speeds))
     for run in config["runs"]:
+        assert run["wall_s"] > run["seconds"]
         assert run["timed_steps"] == steps and run["timed_examples"] == steps * 32
         assert run["examples_per_s"] == pytest.approx(run["timed_examples"] / run["seconds"])
         padding = "fixed" if run["variant"] == "recipe_fp32" else "dynamic"
@@ -181,8 +195,10 @@ def test_the_readme_section_quotes_the_check(check):
     t = results["summary"]["throughput"]["tiny_b32"]
     (compiled,) = results["compile"]["configs"]
     row = next(line for line in text.splitlines() if line.startswith("| tiny | 32 |"))
+    assert "median of its repeats, their range" in text
     assert [c.strip() for c in row.strip("|").split("|")] == [
-        "tiny", "32", f"{round(t['ours_examples_per_s']):,d}", f"{round(t['mfu'] * 100, 1):.1f}%", "–",
+        "tiny", "32", f"{round(t['ours_examples_per_s']):,d} ({round(t['ours_min_examples_per_s']):,d}–"
+        f"{round(t['ours_max_examples_per_s']):,d})", f"{round(t['mfu'] * 100, 1):.1f}%", "–",
         f"{t['bf16_vs_fp32_lightning']:.2f}", f"{t['lightning_vs_plain_bf16']:.2f}", f"{t['ours_vs_jointbert_recipe']:.2f}",
         f"{compiled['runs']['lightning_compiled']['examples_per_s'] / compiled['runs']['lightning_eager']['examples_per_s']:.2f}"]
     table = results["packing"]["table"]
@@ -203,7 +219,11 @@ def test_the_readme_quotes_gpu_figures_only_from_a_committed_run():
         assert "Measured by the device check" not in readme
         return
     newest = runs[-1]
-    assert gpu_readme.section(json.loads(newest.read_text()), newest.relative_to(REPO).as_posix()) in readme
+    results = json.loads(newest.read_text())
+    assert gpu_readme.section(results, newest.relative_to(REPO).as_posix()) in readme
+    # the table says by which rule it summarised the repeats: the best one for a run without the shape warm-up
+    rule = summary_rule(results["throughput"]["settings"])
+    assert f"| examples/s (ours: Lightning, bf16-mixed; {RULE_LABELS[rule]}, their range) |" in readme
 
 
 def test_each_run_steps_once_on_every_shape_of_its_timed_batches_before_the_clock(tiny):
