@@ -16,12 +16,13 @@ throughput  training examples/s on SNIPS batches (`bench.workload`) for the Mini
             Each run steps once on every distinct shape of its timed batches before its warm-up and
             its clock (`bench.throughput`), the variants' order rotates from repeat to repeat, and a
             variant's figure is the median of its ``repeats`` runs, their min and max beside it.
-            Its cost on an H200, from the first run's figures (36 runs of 39-49 steps in 121.6 s,
-            51 s of them timed): 48 runs of 23-27 steps (10-12 timed, 2 warm-up, 10-12 shapes),
-            about 40 s of steps, 45-60 s of the runs' set-up and the configurations' loading, and
-            some 6 s of first uses: 110-120 s of its 120; past its time no run starts, and the last
-            configuration's median has fewer runs. Each run's ``wall_s`` and each configuration's
-            ``load_s`` in the JSON measure what the estimate assumes;
+            Its cost on an H200, from the first run's figures (36 runs of 39-49 steps in 121.6 s: 51 s
+            timed, 13 s of untimed steps at the timed steps' rate, 58 s of set-up, so 0.9-1.3 s a run
+            and 3-6 s loading a configuration): 48 runs of 18-23 steps (8-10 timed, 2 warm-up, 6-10
+            shapes: fixed padding still varies the words' dimension), about 37 s of steps, 70 s of
+            set-up and some 6 s of first uses, 112-117 s of its 120. Past its time no run starts (the
+            last configuration's median then has fewer runs); each run's ``wall_s`` and each
+            configuration's ``load_s`` in the JSON measure what this estimate assumes;
 packing     K = 1, 2, 4, 8 training processes on the one GPU at once and their aggregate examples/s
             (`bench.packing`);
 cli         the user's command ``python -m robustnlu +experiment=snips_slot_context method=topk_ae
@@ -89,8 +90,8 @@ WEIGHTS_NOTE = ("random initialisation (encoder=tiny at these dimensions with th
 
 GPU_PLAN: dict[str, Any] = {
     # throughput: 4 configurations x 4 variants x 3 repeats = 48 runs in its 120 s (the docstring's
-    # estimate); the plain loop in float32 stays out (no goal or README figure rests on it: 12 runs, ~25 s)
-    "archs": ARCHS, "batch_sizes": (32, 128), "warmup": 2, "steps": {32: 12, 128: 10}, "repeats": 3,
+    # estimate); the plain loop in float32 stays out (no goal or README figure rests on it: 12 runs, ~20 s)
+    "archs": ARCHS, "batch_sizes": (32, 128), "warmup": 2, "steps": {32: 10, 128: 8}, "repeats": 3,
     "variants": ("lightning_bf16", "lightning_fp32", "plain_bf16", "recipe_fp32"),
     "matmul_n": 8192, "matmul_repeats": 30,
     "packing": {"arch": "minilm", "batch_size": 32, "ks": [1, 2, 4, 8], "window_s": 6.0, "warmup": 20,

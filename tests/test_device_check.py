@@ -79,8 +79,10 @@ def test_throughput_runs_and_ratios_are_those_of_the_runs(check):
     assert [(r["repeat"], r["variant"]) for r in config["runs"]] == [
         (0, "lightning_bf16"), (0, "lightning_fp32"), (0, "plain_bf16"), (0, "plain_fp32"), (0, "recipe_fp32"),
         (1, "lightning_fp32"), (1, "plain_bf16"), (1, "plain_fp32"), (1, "recipe_fp32"), (1, "lightning_bf16")]
-    # one shape warm-up step for the recipe's fixed padding; at most one per step after the warm-up
-    assert config["shape_warmup_steps"]["fixed"] == 1 and 1 <= config["shape_warmup_steps"]["dynamic"] <= steps + 1
+    # at most one shape warm-up step per step after the warm-up; fewer for the recipe's fixed padding
+    # (its words' dimension still varies)
+    shapes = config["shape_warmup_steps"]
+    assert 1 <= shapes["fixed"] <= shapes["dynamic"] <= steps + 1
     assert config["load_s"] > 0 and config["summary_rule"] == "median"
     for name, variant in config["variants"].items():
         speeds = [r["examples_per_s"] for r in config["runs"] if r["variant"] == name]
