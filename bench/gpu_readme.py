@@ -99,10 +99,11 @@ def short_configs(throughput: dict[str, Any]) -> list[str]:
 def section(results: dict[str, Any], source: str) -> str:
     """The section's body for the device check ``results`` committed as ``source``."""
     summary = results["summary"]
-    throughput = results.get("throughput", {"settings": {}, "configs": []})
-    rule, headline = resummarised(throughput) if throughput["configs"] else ("median", {})
+    throughput = results.get("throughput") or {"settings": {}, "configs": []}  # none where the stage did not run
+    rule, headline = resummarised(throughput)
     settings = throughput["settings"]
-    note = RULE_NOTES[rule].format(first=next(iter(settings.get("variants", [])), None), repeats=settings.get("repeats"))
+    note = " ".join([RULE_NOTES[rule].format(first=next(iter(settings.get("variants", [])), None),
+                                             repeats=settings.get("repeats")), *short_configs(throughput)])
     lines = [
         f"Measured by the device check (bench/DEVICE.md) on {summary['device']} (torch {summary['torch']}, "
         f"{results['started'][:10]}; `{source}`), {results['wall_s']:.0f} s in all; the bf16 matmul rate measured "
@@ -112,7 +113,7 @@ def section(results: dict[str, Any], source: str) -> str:
         "| peak memory (GiB) | bf16 ÷ fp32 | Lightning ÷ plain loop (goal ≥ 0.9) | ours ÷ JointBERT recipe (goal ≥ 3) "
         "| compiled ÷ eager |",
         "|---|---|---|---|---|---|---|---|---|",
-        *throughput_rows(headline, results), "", " ".join([note, *short_configs(throughput)]), ""]
+        *throughput_rows(headline, results), "", *([note, ""] if headline else [])]
     if summary["packing"]:
         lines += ["| runs at once on the GPU | " + " | ".join(k[1:] for k in summary["packing"]) + " |",
                   "|---|" + "---|" * len(summary["packing"]),
