@@ -12,9 +12,19 @@ matmul      the chip's bf16 matrix-product rate, the denominator of MFU (`bench.
 throughput  training examples/s on SNIPS batches (`bench.workload`) for the MiniLM and BERT-base
             architectures (`ARCHS`, randomly initialised: no weights travel; the embedded tokenizer),
             batch 32 and 128: our Lightning loop and a plain PyTorch loop (`bench.loops`) each in
-            bf16-mixed and float32, and JointBERT's recipe (float32, padded to 50, the per-parameter
-            AdamW loop, ``.item()`` every step); per run the peak GPU memory and the model FLOP/s
-            (`bench.mfu`), MFU = that ÷ the matmul rate; runs alternate, ``repeats`` times, medians;
+            bf16-mixed and float32 (the GPU plan leaves the plain loop's float32 out), and JointBERT's
+            recipe (float32, padded to 50, the per-parameter AdamW loop, ``.item()`` every step); per
+            run the peak GPU memory and the model FLOP/s (`bench.mfu`), MFU = that ÷ the matmul rate.
+            Each run steps once on every distinct shape of its timed batches before its warm-up and
+            its clock (`bench.throughput`), the variants' order rotates from repeat to repeat, and a
+            variant's figure is the median of its ``repeats`` runs, their min and max beside it.
+            Its cost on an H200, from the first run's figures (36 runs of 39-49 steps in 121.6 s: 51 s
+            timed, 13 s of untimed steps at the timed steps' rate, 58 s of set-up, so 0.9-1.3 s a run
+            and 3-6 s loading a configuration): 48 runs of 18-23 steps (8-10 timed, 2 warm-up, 6-10
+            shapes: fixed padding still varies the words' dimension), about 37 s of steps, 70 s of
+            set-up and some 6 s of first uses, 112-117 s of its 120. Past its time no run starts (the
+            last configuration's median then has fewer runs); each run's ``wall_s`` and each
+            configuration's ``load_s`` in the JSON measure what this estimate assumes;
 packing     K = 1, 2, 4, 8 training processes on the one GPU at once and their aggregate examples/s
             (`bench.packing`);
 cli         the user's command ``python -m robustnlu +experiment=snips_slot_context method=topk_ae
@@ -53,7 +63,6 @@ import platform
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,6 +73,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.device_wheels import install
+from bench.throughput import GOALS, resummarised, variant_name
 
 REPO = Path(__file__).resolve().parents[1]
 STAGES = ("setup", "matmul", "throughput", "packing", "cli", "profile", "compile", "pytest_gpu")
@@ -83,7 +93,10 @@ WEIGHTS_NOTE = ("random initialisation (encoder=tiny at these dimensions with th
                 "the 91 MB of pre-trained MiniLM weights do not travel to the device machine")
 
 GPU_PLAN: dict[str, Any] = {
-    "archs": ARCHS, "batch_sizes": (32, 128), "warmup": 8, "steps": {32: 40, 128: 30}, "repeats": 2,
+    # throughput: 4 configurations x 4 variants x 3 repeats = 48 runs in its 120 s (the docstring's
+    # estimate); the plain loop in float32 stays out (no goal or README figure rests on it: 12 runs, ~20 s)
+    "archs": ARCHS, "batch_sizes": (32, 128), "warmup": 2, "steps": {32: 10, 128: 8}, "repeats": 3,
+    "variants": ("lightning_bf16", "lightning_fp32", "plain_bf16", "recipe_fp32"),
     "matmul_n": 8192, "matmul_repeats": 30,
     "packing": {"arch": "minilm", "batch_size": 32, "ks": [1, 2, 4, 8], "window_s": 6.0, "warmup": 20,
                 "n_batches": 60},
@@ -113,7 +126,8 @@ LEASE = {"device_s": 900, "start_s": 120, "planned_s": 800,
          # summary, a stage that overruns its budget by seconds (one step, one worker's stop)
          "call_limit_s": 600, "call_margin_s": 45}
 CPU_PLAN: dict[str, Any] = {
-    "archs": CPU_ARCHS, "batch_sizes": (32,), "warmup": 1, "steps": {32: 2}, "repeats": 1,
+    "archs": CPU_ARCHS, "batch_sizes": (32,), "warmup": 1, "steps": {32: 2}, "repeats": 2,
+    "variants": ("lightning_bf16", "lightning_fp32", "plain_bf16", "plain_fp32", "recipe_fp32"),
     "matmul_n": 512, "matmul_repeats": 5,
     "packing": {"arch": "tiny", "batch_size": 32, "ks": [1, 2], "window_s": 1.0, "warmup": 1, "n_batches": 4},
     "cli": {"arch": "tiny", "limits": ["++trainer.limit_train_batches=3", "++trainer.limit_val_batches=2",
@@ -132,10 +146,6 @@ CPU_PLAN: dict[str, Any] = {
 
 def arch_overrides(plan: dict[str, Any], arch: str) -> list[str]:
     return ["encoder=tiny", *(f"encoder.{k}={v}" for k, v in plan["archs"][arch].items())]
-
-
-def _precision_name(precision: str) -> str:
-    return {"bf16-mixed": "bf16", "32-true": "fp32"}[precision]
 
 
 class Tee:
@@ -273,26 +283,25 @@ class DeviceCheck:
         import pytorch_lightning as pl
         import torch
 
-        from bench.loops import run_lightning, run_plain
         from bench.mfu import batch_flops
-        from bench.workload import FIXED_PAD_TO, token_stats
-        from robustnlu.precision import BF16, FP32, resolve_precision
+        from bench.throughput import VARIANTS, run_order, summarise_config, summary_rule, timed_run, variant_name
+        from bench.workload import FIXED_PAD_TO, shape_warmup, token_stats
+        from robustnlu.precision import resolve_precision
 
         device, plan = self.device(), self.plan
-        auto = resolve_precision("auto", device.type)
         peak = self.results.get("matmul", {}).get("flops_per_s")
-        variants = [("lightning", BF16, "dynamic"), ("lightning", FP32, "dynamic"), ("plain", BF16, "dynamic"),
-                    ("plain", FP32, "dynamic"), ("recipe", FP32, "fixed")]
-        configs = self.results["throughput"] = {
-            "settings": {"warmup": plan["warmup"], "steps": plan["steps"], "repeats": plan["repeats"],
-                         "fixed_pad_to": FIXED_PAD_TO, "ours": f"lightning_{_precision_name(auto)}",
-                         "variants": [f"{loop}_{_precision_name(p)}" for loop, p, _ in variants]},
-            "configs": []}
+        variants = [v for v in VARIANTS if variant_name(*v[:2]) in plan["variants"]]
+        settings = {"warmup": plan["warmup"], "steps": plan["steps"], "repeats": plan["repeats"],
+                    "fixed_pad_to": FIXED_PAD_TO, "shape_warmup": True, "order": "rotated by one each repeat",
+                    "ours": variant_name("lightning", resolve_precision("auto", device.type)),
+                    "variants": [variant_name(loop, p) for loop, p, _ in variants]}
+        configs = self.results["throughput"] = {"settings": settings, "configs": []}
         for batch_size in plan["batch_sizes"]:
             for arch in plan["archs"]:
                 if time.monotonic() > deadline:
                     configs["skipped"] = f"out of the stage's time before {arch} batch {batch_size}"
                     return
+                loading = time.monotonic()
                 cfg, workload = self._workload(arch, batch_size, plan["warmup"] + plan["steps"][batch_size] + 1)
                 batches = {"dynamic": workload.batches(None), "fixed": workload.batches(FIXED_PAD_TO)}
                 module = workload.initial
@@ -304,25 +313,23 @@ class DeviceCheck:
                     "arch": arch, "batch_size": batch_size, "encoder": dict(module.hparams.encoder_spec),
                     "parameters": sum(p.numel() for p in module.model.parameters()),
                     "tokens": {p: token_stats(bs[timed]) for p, bs in batches.items()},
-                    "model_flops_per_timed_run": flops, "runs": []}
+                    "shape_warmup_steps": {p: shape_warmup(bs, plan["warmup"])[1] - plan["warmup"]
+                                           for p, bs in batches.items()},
+                    "model_flops_per_timed_run": flops, "load_s": time.monotonic() - loading, "runs": []}
                 configs["configs"].append(config)
                 clip = float(cfg.trainer.gradient_clip_val)
-                order = [(repeat, *variant) for repeat in range(plan["repeats"]) for variant in variants]
-                for repeat, loop, precision, padding in order:
+                for repeat, (loop, precision, padding) in run_order(variants, plan["repeats"]):
                     if time.monotonic() > deadline:
                         config["incomplete"] = "out of the stage's time"
                         break
+                    started = time.monotonic()
                     pl.seed_everything(cfg.seed, verbose=False)
                     run_module = workload.fresh_module()
                     if device.type == "cuda":
                         torch.cuda.reset_peak_memory_stats(device)
-                    if loop == "lightning":
-                        timing = run_lightning(cfg, run_module, batches[padding], plan["warmup"], device, padding,
-                                               precision)
-                    else:
-                        timing = run_plain(run_module, batches[padding], plan["warmup"], clip, device, padding,
-                                           precision, recipe=loop == "recipe")
-                    run = {"variant": f"{loop}_{_precision_name(precision)}", "repeat": repeat, **timing.to_dict(),
+                    timing = timed_run(loop, cfg, run_module, batches[padding], plan["warmup"], device, padding,
+                                       precision, clip)
+                    run = {"variant": variant_name(loop, precision), "repeat": repeat, **timing.to_dict(),
                            "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda"
                            else None,
                            "model_flops_per_s": flops[padding] / timing.seconds}
@@ -334,7 +341,8 @@ class DeviceCheck:
                           + (f"  peak {memory / 2**30:.2f} GiB" if memory else ""), flush=True)
                     del run_module
                     self._free()
-                summarise_config(config, f"lightning_{_precision_name(auto)}")
+                    run["wall_s"] = time.monotonic() - started  # the run's set-up, warm-up and clean-up included
+                summarise_config(config, settings["ours"], summary_rule(settings))
                 self.save()
                 del workload
                 self._free()
@@ -422,17 +430,14 @@ class DeviceCheck:
         import torch._dynamo
 
         from bench.loops import run_lightning
-        from bench.workload import compose_config
+        from bench.workload import compose_config, shape_warmup
         from robustnlu.module import compile_options
 
         c, device = self.plan["compile"], self.device()
         cfg, workload = self._workload(arch, batch_size, c["steps"] + 1)
         batches = workload.batches(None, c["bucket"])
-        shapes: dict[tuple, dict] = {}
-        for b in batches:
-            shapes.setdefault((tuple(b["input_ids"].shape), tuple(b["word_index"].shape)), b)
-        run_batches, warmup = [*shapes.values(), *batches], len(shapes)  # each shape once before the clock starts
-        entry: dict[str, Any] = {"arch": arch, "batch_size": batch_size, "shapes": len(shapes),
+        run_batches, warmup = shape_warmup(batches, 0)  # each shape compiled once before the clock starts
+        entry: dict[str, Any] = {"arch": arch, "batch_size": batch_size, "shapes": warmup,
                                  "timed_steps": len(batches) - 1, "runs": {}}
         result["configs"].append(entry)
         for mode in (None, *c["modes"]):
@@ -452,7 +457,7 @@ class DeviceCheck:
                                    "warmup_s": wall - timing.seconds, "timed_s": timing.seconds,
                                    "graphs_compiled": torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs}
             print(f"  {arch:9s} b{batch_size:<4d} {name:34s} {timing.examples_per_s:9.1f} ex/s "
-                  f"(warm-up {wall - timing.seconds:.1f} s, {len(shapes)} shapes)", flush=True)
+                  f"(warm-up {wall - timing.seconds:.1f} s, {warmup} shapes)", flush=True)
             del module
             self._free()
             self.save()
@@ -500,38 +505,6 @@ class DeviceCheck:
         return 1 if failed else 0
 
 
-def summarise_config(config: dict[str, Any], ours: str) -> None:
-    """Per variant the median examples/s over its runs, its peak memory and MFU at the median; the
-    ratios between variants."""
-    variants: dict[str, dict[str, Any]] = {}
-    for name in dict.fromkeys(r["variant"] for r in config["runs"]):
-        runs = [r for r in config["runs"] if r["variant"] == name]
-        median = statistics.median(r["examples_per_s"] for r in runs)
-        mfus = [r["mfu"] for r in runs if r["mfu"] is not None]
-        memory = [r["peak_memory_bytes"] for r in runs if r["peak_memory_bytes"] is not None]
-        variants[name] = {"examples_per_s": median, "runs": len(runs),
-                          "mfu": statistics.median(mfus) if mfus else None,
-                          "peak_memory_bytes": max(memory) if memory else None,
-                          "final_loss": runs[-1]["final_loss"]}
-    config["variants"] = variants
-
-    def ratio(a: str, b: str) -> float | None:
-        return variants[a]["examples_per_s"] / variants[b]["examples_per_s"] if a in variants and b in variants else None
-
-    config["ratios"] = {
-        "bf16_vs_fp32_lightning": ratio("lightning_bf16", "lightning_fp32"),
-        "bf16_vs_fp32_plain": ratio("plain_bf16", "plain_fp32"),
-        "lightning_vs_plain_bf16": ratio("lightning_bf16", "plain_bf16"),
-        "lightning_vs_plain_fp32": ratio("lightning_fp32", "plain_fp32"),
-        "ours_vs_jointbert_recipe": ratio(ours, "recipe_fp32"),
-    }
-
-
-#: the goals for a GPU run, on each throughput configuration: Lightning ÷ plain loop (in our
-#: precision) and our loop ÷ JointBERT's recipe, at least
-GOALS = {"lightning_vs_plain": 0.9, "ours_vs_jointbert_recipe": 3.0}
-
-
 def throughput_median(results: dict[str, Any], arch: str, batch_size: int, variant: str) -> float | None:
     for config in results.get("throughput", {}).get("configs", []):
         if (config["arch"], config["batch_size"]) == (arch, batch_size):
@@ -543,7 +516,7 @@ def link_compile_to_throughput(results: dict[str, Any]) -> None:
     """Each compiled configuration's Lightning examples/s over the throughput stage's (dynamic
     padding, eager) where both stages measured it, in the same call or in two merged ones."""
     compiled = results.get("compile", {})
-    variant = f"lightning_{_precision_name(compiled.get('precision', 'bf16-mixed'))}"
+    variant = variant_name("lightning", compiled.get("precision", "bf16-mixed"))
     for entry in compiled.get("configs", []):
         dynamic = throughput_median(results, entry["arch"], entry["batch_size"], variant)
         if dynamic and "lightning_compiled" in entry["runs"]:
@@ -552,24 +525,15 @@ def link_compile_to_throughput(results: dict[str, Any]) -> None:
 
 
 def summary(results: dict[str, Any]) -> dict[str, Any]:
-    """The headline numbers from the stages' results."""
+    """The headline numbers from the stages' results; the throughput's by the rule its settings call
+    for (`bench.throughput.resummarised`), so that the grid's projection and the README's table agree."""
     out: dict[str, Any] = {"goals": GOALS, "device": results.get("environment", {}).get("gpu")
                            or f"CPU {results.get('environment', {}).get('cpu', '?')}",
                            "torch": results.get("environment", {}).get("versions", {}).get("torch"),
                            "matmul_bf16_tflops": (results.get("matmul", {}).get("flops_per_s") or 0) / 1e12 or None,
-                           "throughput": {}, "packing": {}, "cli_epoch_s": []}
-    throughput = results.get("throughput", {})
-    for config in throughput.get("configs", []):
-        if "variants" not in config:
-            continue
-        name = throughput["settings"]["ours"]
-        ours = config["variants"].get(name, {})
-        measured = {"lightning_vs_plain": config["ratios"][f"lightning_vs_plain_{name.rsplit('_', 1)[1]}"],
-                    "ours_vs_jointbert_recipe": config["ratios"]["ours_vs_jointbert_recipe"]}
-        out["throughput"][f"{config['arch']}_b{config['batch_size']}"] = {
-            "ours_examples_per_s": ours.get("examples_per_s"), "mfu": ours.get("mfu"),
-            "peak_memory_bytes": ours.get("peak_memory_bytes"), **config["ratios"], **measured,
-            "goals_met": {k: None if v is None else v >= GOALS[k] for k, v in measured.items()}}
+                           "throughput": resummarised(results["throughput"])[1] if results.get("throughput") else {},
+                           "packing": {},
+                           "cli_epoch_s": []}
     for row in results.get("packing", {}).get("table", []):
         out["packing"][f"k{row['k']}"] = {"aggregate_examples_per_s": row["aggregate_examples_per_s"],
                                           "speedup_vs_k1": row.get("speedup_vs_k1")}

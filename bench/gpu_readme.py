@@ -8,33 +8,60 @@ The table's columns are the issue's acceptance figures: examples/s of our loop (
 bf16-mixed) per architecture and batch size, model FLOPs utilisation against the bf16 matmul rate
 measured in the same run, peak GPU memory, and the ratios bf16 ÷ fp32, Lightning ÷ the plain loop,
 ours ÷ the JointBERT recipe (float32, padding to 50, eager, a ``.item()`` per step) and compiled ÷
-eager (Lightning, length buckets; where the compile stage measured that configuration).
+eager (Lightning, length buckets; where the compile stage measured that configuration). The
+figures are re-summarised from the JSON's runs by the rule its settings call for
+(`bench.throughput.summary_rule`: the median of the repeats, or the best one for a run made before
+the shape warm-up), which the table's header names.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from bench import device_check
 from bench.device_check import number
+from bench.throughput import RULE_LABELS, resummarised
 
 GIB = 2**30
 #: the device check's architectures (`bench.device_check.ARCHS`, the CPU plan's ``tiny``) as the README names them
 LABELS = {"minilm": "MiniLM", "bert_base": "BERT-base", "tiny": "tiny"}
 
 
-def throughput_rows(results: dict[str, Any]) -> list[str]:
-    """One markdown row per measured architecture and batch size."""
+#: what the table's rule (`bench.throughput.RULES`) means, said under it
+RULE_NOTES = {
+    "median": ("Each variant's figure is the median of its repeats; each run stepped once on every shape of its "
+               "timed batches before its clock, and the variants' order rotated from repeat to repeat "
+               "(`bench/throughput.py`)."),
+    "best": ("Each variant's figure is the best of its repeats (timeit's rule), re-summarised from the JSON's runs "
+             "(`python -m bench.gpu_readme`): this run predates the shape warm-up (`bench/throughput.py`), its "
+             "variants ran in a fixed order, and the first of each configuration ({first}) paid the first use of "
+             "dynamic padding's new shapes in its first repeat; the JSON's own summary, the median of its {repeats} repeats, "
+             "averaged that in."),
+}
+
+
+def examples_cell(t: dict[str, Any]) -> str:
+    """Ours' examples/s, with the range of its repeats where it has several."""
+    cell = number(t["ours_examples_per_s"], ",.0f")
+    if t["ours_runs"] and t["ours_runs"] > 1:
+        cell += f" ({t['ours_min_examples_per_s']:,.0f}–{t['ours_max_examples_per_s']:,.0f})"
+    return cell
+
+
+def throughput_rows(headline: dict[str, Any], results: dict[str, Any]) -> list[str]:
+    """One markdown row per measured architecture and batch size of ``headline``
+    (`bench.throughput.resummarised`)."""
     compiled = {f"{c['arch']}_b{c['batch_size']}": c.get("compiled_vs_eager", {}).get("lightning")
                 for c in results.get("compile", {}).get("configs", [])}
     rows = []
-    for name, t in results["summary"]["throughput"].items():
+    for name, t in headline.items():
         arch, batch = name.rsplit("_b", 1)
         memory = t["peak_memory_bytes"] / GIB if t["peak_memory_bytes"] else None
-        rows.append(f"| {LABELS[arch]} | {batch} | {number(t['ours_examples_per_s'], ',.0f')} | {number(t['mfu'], '.1%')} | "
+        rows.append(f"| {LABELS[arch]} | {batch} | {examples_cell(t)} | {number(t['mfu'], '.1%')} | "
                     f"{number(memory, '.2f')} | {number(t['bf16_vs_fp32_lightning'], '.2f')} | "
                     f"{number(t['lightning_vs_plain'], '.2f')} | {number(t['ours_vs_jointbert_recipe'], '.2f')} | "
                     f"{number(compiled.get(name), '.2f')} |")
@@ -61,21 +88,38 @@ def grid_sentence(grid: dict[str, Any] | None) -> str:
             f"(`bench/grid_cost.py`{source}).")
 
 
+def short_configs(throughput: dict[str, Any]) -> list[str]:
+    """Each configuration the stage's time cut short, with its runs per variant."""
+    out = []
+    for c in throughput.get("configs", []):
+        if c.get("incomplete"):
+            counts = Counter(r["variant"] for r in c["runs"])
+            out.append(f"{LABELS[c['arch']]} at batch {c['batch_size']} ran out of the stage's time ("
+                       + ", ".join(f"{name} {n} run{'s' * (n > 1)}" for name, n in counts.items()) + ").")
+    return out
+
+
 def section(results: dict[str, Any], source: str) -> str:
     """The section's body for the device check ``results`` committed as ``source``; the summary is
     computed afresh from its stages' results (`bench.device_check.summary`), so that a record written
     before a change of the projection reads as a new one."""
     summary = device_check.summary(results)
     results = {**results, "summary": summary}
+    throughput = results.get("throughput") or {"settings": {}, "configs": []}  # none where the stage did not run
+    rule, headline = resummarised(throughput)
+    settings = throughput["settings"]
+    note = " ".join([RULE_NOTES[rule].format(first=next(iter(settings.get("variants", [])), None),
+                                             repeats=settings.get("repeats")), *short_configs(throughput)])
     lines = [
         f"Measured by the device check (bench/DEVICE.md) on {summary['device']} (torch {summary['torch']}, "
         f"{results['started'][:10]}; `{source}`), {results['wall_s']:.0f} s in all; the bf16 matmul rate measured "
         f"in the same run: {number(summary['matmul_bf16_tflops'], '.3g')} TFLOP/s. The encoders: "
         f"{results['encoder_weights']}.", "",
-        "| architecture | batch | examples/s (ours: Lightning, bf16-mixed) | MFU | peak memory (GiB) | bf16 ÷ fp32 "
-        "| Lightning ÷ plain loop (goal ≥ 0.9) | ours ÷ JointBERT recipe (goal ≥ 3) | compiled ÷ eager |",
+        f"| architecture | batch | examples/s (ours: Lightning, bf16-mixed; {RULE_LABELS[rule]}, their range) | MFU "
+        "| peak memory (GiB) | bf16 ÷ fp32 | Lightning ÷ plain loop (goal ≥ 0.9) | ours ÷ JointBERT recipe (goal ≥ 3) "
+        "| compiled ÷ eager |",
         "|---|---|---|---|---|---|---|---|---|",
-        *throughput_rows(results), ""]
+        *throughput_rows(headline, results), "", *([note, ""] if headline else [])]
     if summary["packing"]:
         lines += ["| runs at once on the GPU | " + " | ".join(k[1:] for k in summary["packing"]) + " |",
                   "|---|" + "---|" * len(summary["packing"]),

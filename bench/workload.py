@@ -85,3 +85,15 @@ def token_stats(batches: Sequence[dict[str, torch.Tensor]]) -> dict[str, float]:
         "max_seq_len": max((b["input_ids"].size(1) for b in batches), default=0),
     }
 
+
+def shape_warmup(batches: Sequence[dict[str, torch.Tensor]], warmup: int) -> tuple[list[dict[str, torch.Tensor]], int]:
+    """``batches`` run after one step on each distinct shape among those past the first ``warmup``
+    (the timed steps and the step whose start stops the clock), in the order they first appear, and
+    the index in the result where the timed steps start. Each shape's first use (cuBLAS's choice
+    of kernels, the caching allocator's cudaMalloc, a compiled graph) then happens before the clock
+    starts, whichever loop or variant ran before."""
+    shapes: dict[tuple, dict[str, torch.Tensor]] = {}
+    for batch in batches[warmup:]:
+        shapes.setdefault(tuple((key, tuple(t.shape)) for key, t in batch.items()), batch)
+    return [*shapes.values(), *batches], len(shapes) + warmup
+
