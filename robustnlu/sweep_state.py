@@ -105,8 +105,8 @@ def slurm_queue(path: Path) -> dict[str, tuple[str, str]]:
     `robustnlu.sweep_jobs.job_hash` of their overrides: (Slurm job id, its state). A job submitted
     and still pending, or requeued, has no folder or one its process left: only Slurm knows it will
     run. Slurm's own jobs (``squeue --me``) are matched to submitit's folders in
-    `SUBMITIT_DIR` (named by job id), whose pickled submission holds the job's overrides (the
-    launcher's call: overrides first). Empty where Slurm cannot be asked."""
+    `SUBMITIT_DIR` (named by job id), whose pickled submission holds the overrides of the job or
+    jobs it runs (`submitted_jobs`). Empty where Slurm cannot be asked."""
     folder = path / SUBMITIT_DIR
     if not folder.is_dir() or not shutil.which("squeue"):
         return {}
@@ -123,11 +123,19 @@ def slurm_queue(path: Path) -> dict[str, tuple[str, str]]:
             continue
         try:
             with submitted.open("rb") as file:
-                overrides = pickle.load(file).args[0]
+                jobs = submitted_jobs(pickle.load(file).args[0])
         except Exception:  # noqa: BLE001 - a submission of another tool or version: not a sweep job of ours
             continue
-        found[job_hash(list(overrides))] = (job_id, state)
+        found.update({job_hash(overrides): (job_id, state) for overrides in jobs})
     return found
+
+
+def submitted_jobs(first_argument: Any) -> list[list[str]]:
+    """The task overrides of the sweep jobs that one Slurm job runs, from the first argument of
+    the launcher's call that submitit pickled: one job's overrides, or a pack's list of them (K
+    jobs at once, ``hydra.launcher.runs_per_gpu``: hydra_plugins/robustnlu_plugins/launchers.py)."""
+    jobs = list(first_argument)
+    return [list(job) for job in jobs] if jobs and not isinstance(jobs[0], str) else [jobs]
 
 
 def alive(record: dict[str, Any]) -> bool | None:

@@ -245,6 +245,35 @@ class HoldUntilFile(pl.Callback):
             time.sleep(0.1)
 
 
+class RecordProcess(pl.Callback):
+    """What a run's process was given, for the launcher tests (a CPU machine: the GPU a job was
+    given is its ``CUDA_VISIBLE_DEVICES``, not a device it trained on): ``path`` (JSON) holds that
+    variable, ``OMP_NUM_THREADS``, torch's thread count and the wall-clock times training started
+    and (once it did) ended. Used from the CLI: ``+callbacks.record._target_=integration_helpers.RecordProcess
+    +callbacks.record.path=<file>``."""
+
+    def __init__(self, path: str):
+        self.path = Path(path)
+        self.record: dict = {}
+
+    def on_fit_start(self, trainer, pl_module):
+        import torch
+
+        self.record = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                       "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "torch_threads": torch.get_num_threads(),
+                       "start": time.time()}
+        self.write(self.record)
+
+    def on_fit_end(self, trainer, pl_module):
+        self.write({**self.record, "end": time.time()})
+
+    def write(self, record: dict) -> None:
+        """Whole or not at all (a test reads it while the run goes on)."""
+        part = self.path.with_name(self.path.name + ".part")
+        part.write_text(json.dumps(record))
+        part.replace(self.path)
+
+
 class NonFiniteLossAtStep(pl.Callback):
     """A non-finite per-example loss, produced by the model itself: in the training batch after
     ``step`` optimiser steps (once), a forward hook on the intent head sets the first

@@ -419,3 +419,143 @@ def test_status_shows_a_job_pending_in_slurm_as_queued_and_relaunch_leaves_it_al
             if array:
                 subprocess.run(["scancel", array])
     assert sorted(_results(sweep_dir)) == [1, 2]
+
+
+@pytest.mark.slurm
+def test_four_jobs_two_runs_per_gpu_are_two_slurm_jobs_of_two_tasks_each_job_in_its_own_folder(slurm, tmp_path):
+    """``hydra.launcher.runs_per_gpu=2`` (CPU jobs here: the test Slurm has no GPU; what is checked is
+    the packing, not a GPU's speed): 4 jobs make one array of 2 Slurm jobs, each with 2 tasks that
+    train one job each at once. While the first pack trains (held after its first step) its jobs
+    are ``running`` and the second pack's, pending in Slurm with no folder yet, ``queued``; at the
+    end each job has its own finished run directory, recorded by its pack's Slurm job, and `status`
+    shows the 4 finished. ~1-2 min."""
+    sample = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=30)
+    sweep_dir = tmp_path / "multirun"
+    go = tmp_path / "go"
+    args = ["-m", *FAST, "trainer.max_epochs=1", *jsonl_overrides(sample), "seed=1,2,3,4",
+            "+callbacks.hold._target_=integration_helpers.HoldUntilFile", f"+callbacks.hold.path={go}",
+            "hydra/launcher=slurm", "hydra.launcher.runs_per_gpu=2", "hydra.launcher.mem_gb=2",
+            "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=20", f"hydra.sweep.dir={sweep_dir}"]
+    with (tmp_path / "driver.log").open("w") as driver_log:
+        driver = subprocess.Popen([sys.executable, "-m", "robustnlu", *args], cwd=tmp_path, env=cli_env(),
+                                  stdout=driver_log, stderr=subprocess.STDOUT)
+
+    def status() -> dict[str, dict]:
+        out = run_cli(["status", "--json", str(sweep_dir)], cwd=tmp_path, module="robustnlu.sweep")
+        assert out.returncode == 0, out.stderr[-3000:]
+        return {next(o for o in j["overrides"] if o.startswith("seed=")): j for j in map(json.loads, out.stdout.splitlines())}
+
+    array = None
+    try:
+        started = time.time()
+        while len(list(sweep_dir.glob("*/run.lock"))) < 2 and time.time() - started < 180:  # the first pack trains
+            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+            time.sleep(0.5)
+        array = _array_task_id(sweep_dir, 0).split("_")[0]
+        assert _scontrol_job(f"{array}_1").get("JobState") == "PENDING"  # the node's 2 CPUs hold one pack
+        jobs = status()
+        assert {seed: job["state"] for seed, job in jobs.items()} == {
+            "seed=1": "running", "seed=2": "running", "seed=3": "queued", "seed=4": "queued"}, jobs
+        assert f"Slurm job {array}_1 PENDING" in jobs["seed=3"]["note"] and jobs["seed=3"]["folder"] is None
+        go.touch()
+        assert driver.wait(timeout=300) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            if array:
+                subprocess.run(["scancel", array])
+
+    assert _arrays(sweep_dir) == {array}
+    packs = sorted(p.name for p in (sweep_dir / ".submitit").iterdir() if p.name.startswith(f"{array}_"))
+    assert packs == [f"{array}_0", f"{array}_1"]
+    assert "#SBATCH --ntasks-per-node=2" in (sweep_dir / ".submitit" / array / f"{array}_submission.sh").read_text()
+    for pack in packs:
+        folder = sweep_dir / ".submitit" / pack
+        for task in (0, 1):  # one log and one result per task: each task trained one job
+            log = (folder / f"{pack}_{task}_log.out").read_text()
+            assert "Job completed successfully" in log, log[-3000:]
+        info = _wait_until_ended(pack)
+        if info:  # absent when a cluster purges finished jobs sooner
+            assert info["JobState"] == "COMPLETED" and info["NumTasks"] == "2", info
+
+    jobs = status()
+    assert {seed: job["state"] for seed, job in jobs.items()} == {f"seed={s}": "finished" for s in (1, 2, 3, 4)}
+    runs = {seed: RunDir(Path(job["folder"])) for seed, job in jobs.items()}
+    assert len({run.path for run in runs.values()}) == 4
+    slurm_jobs = {seed: run.status()["slurm_job_id"] for seed, run in runs.items()}  # the Slurm job that trained it
+    assert slurm_jobs["seed=1"] == slurm_jobs["seed=2"] != slurm_jobs["seed=3"] == slurm_jobs["seed=4"], slurm_jobs
+    for run in runs.values():
+        assert run.status()["state"] == "finished" and run.results()["epochs_trained"] == 1
+
+
+@pytest.mark.slurm
+def test_a_requeued_pack_resumes_its_unfinished_run_and_does_not_train_its_finished_one_again(slurm, tmp_path):
+    """A pack of 2 runs (``runs_per_gpu=2``, one Slurm job): run A (1 epoch) finishes while run B
+    (2 epochs) waits after its first step; B then gets SIGUSR2 (what Slurm sends every task
+    ``signal_delay_s`` before the time limit) two steps after a mid-epoch last.ckpt. B's task
+    requeues the Slurm job; the requeued job runs the pack again: B resumes from last.ckpt, A
+    returns its stored result (its results.json untouched). ~1 min (the requeued job is let go
+    after 2 s, as in the single-job requeue test)."""
+    sample = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=30)
+    sweep_dir = tmp_path / "multirun"
+    go = tmp_path / "go"
+    signal_step = STEPS_PER_EPOCH + 6  # epoch 1, batch 6: two steps after the checkpoint at step 12
+    jobs_file = tmp_path / "jobs.json"
+    jobs_file.write_text(json.dumps({"jobs": [
+        ["trainer.max_epochs=1"],
+        ["trainer.max_epochs=2", "+callbacks.hold._target_=integration_helpers.HoldUntilFile", f"+callbacks.hold.path={go}",
+         "+callbacks.signal._target_=integration_helpers.SignalAtStep", f"+callbacks.signal.step={signal_step}"]]}))
+    common = [o for o in FAST if not o.startswith("trainer.max_epochs=")]  # the command line's replace the jobs'
+    args = ["-m", *common, "seed=1", *jsonl_overrides(sample), "callbacks.last_checkpoint.every_minutes=null",
+            "callbacks.last_checkpoint.every_n_train_steps=4", "hydra/sweeper=joblist",
+            f"hydra.sweeper.jobs_file={jobs_file}", "hydra/launcher=slurm", "hydra.launcher.runs_per_gpu=2",
+            "hydra.launcher.mem_gb=2", "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=9",
+            f"hydra.sweep.dir={sweep_dir}"]
+    with (tmp_path / "driver.log").open("w") as driver_log:
+        driver = subprocess.Popen([sys.executable, "-m", "robustnlu", *args], cwd=tmp_path, env=cli_env(),
+                                  stdout=driver_log, stderr=subprocess.STDOUT)
+    pack, finished_a, held_since = None, None, None
+    started = time.time()
+    try:
+        while driver.poll() is None and time.time() - started < 480:
+            time.sleep(0.5)
+            pack = pack or _array_task_id(sweep_dir, 0) or next(
+                (p.name for p in (sweep_dir / ".submitit").glob("*") if re.fullmatch(r"\d+", p.name)), None) \
+                if (sweep_dir / ".submitit").is_dir() else None
+            done = [p for p in sweep_dir.glob("*/results.json")]
+            if finished_a is None and done:
+                (results_a,) = done
+                finished_a = results_a, results_a.read_bytes(), results_a.stat().st_mtime
+                go.touch()  # B trains on, to its signal
+            info = _scontrol_job(pack) if pack else {}
+            if info.get("JobState") == "PENDING" and info.get("Reason") == "BeginTime":  # requeued: let it go
+                held_since = held_since or time.time()
+                if time.time() - held_since >= 2:
+                    subprocess.run(["scontrol", "update", f"JobId={pack}", "StartTime=now"], capture_output=True)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            if pack:
+                subprocess.run(["scancel", pack])
+    out = (tmp_path / "driver.log").read_text()
+    assert driver.returncode == 0, out[-5000:]
+
+    folder = sweep_dir / ".submitit" / pack
+    log_b = (folder / f"{pack}_1_log.out").read_text()  # task 1 runs B; Slurm appends the restart's output
+    assert "Caught signal SIGUSR2" in log_b and f"Requeued job {pack}" in log_b, log_b[-3000:]
+    for task in (0, 1):
+        assert (folder / f"{pack}_{task}_log.out").read_text().count(f"Starting with JobEnvironment(job_id={pack}") == 2
+    info = _wait_until_ended(pack)
+    if info:  # absent when a cluster purges finished jobs sooner
+        assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", info
+
+    results_a, before, mtime = finished_a
+    assert (results_a.read_bytes(), results_a.stat().st_mtime) == (before, mtime)  # not trained again
+    (results_b,) = [p for p in sweep_dir.glob("*/results.json") if p != results_a]
+    resumed = json.loads(results_b.read_text())
+    assert resumed["resumed_from"].pop("fit_time_s") > 0
+    assert resumed["resumed_from"] == {"checkpoint": "checkpoints/last.ckpt", "global_step": 12, "epoch": 1}
+    assert resumed["epochs_trained"] == 2
+    out = run_cli(["status", "--json", str(sweep_dir)], cwd=tmp_path, module="robustnlu.sweep")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [json.loads(line)["state"] for line in out.stdout.splitlines()] == ["finished", "finished"]
