@@ -25,7 +25,7 @@ import torch
 from bench.contention import wait_for_quiet
 from bench.loops import _to, configured_optimizer, plain_step
 from bench.workload import CONF, REPO, compose_config
-from robustnlu.data.datamodule import Collator
+from robustnlu.data.collate import Collator
 from robustnlu.module import SLUModule
 from robustnlu.train import prepare
 

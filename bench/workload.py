@@ -14,7 +14,8 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
-from robustnlu.data.datamodule import Collator, EncodedDataset, SLUDataModule
+from robustnlu.data.collate import Collator
+from robustnlu.data.datamodule import EncodedDataset, SLUDataModule
 from robustnlu.data.readers import load_corpus
 from robustnlu.model.encoders import build_encoder, load_tokenizer
 from robustnlu.module import SLUModule

@@ -46,9 +46,9 @@ from robustnlu.errors import ConfigError, DataError, NonFiniteLoss, first_line
 from robustnlu.metrics.slu import SLUMetrics
 from robustnlu.metrics.slu import WORST_GROUP_ID
 from robustnlu.model.compiled import compiled_forward
-from robustnlu.model.encoders import encoder_from_config
-from robustnlu.model.jointbert import JointBERT, JointBERTOutput, TaskLosses
+from robustnlu.model.jointbert import JointBERTOutput, TaskLosses
 from robustnlu.model.spec import ModelSpec
+from robustnlu.model.trained import NOT_A_MODEL, build_jointbert
 from robustnlu.optim import build_optimizer
 from robustnlu.precision import fp32
 
@@ -121,13 +121,7 @@ class SLUModule(pl.LightningModule):
         #: training batches dropped for a non-finite loss (``on_nonfinite=skip``; in checkpoints)
         self.nonfinite_skips = 0
         self.vocab = LabelVocab.from_dict(vocab)
-        self.model = JointBERT(
-            encoder if encoder is not None else encoder_from_config(encoder_config),
-            n_intents=len(self.vocab.intents),
-            n_tags=len(self.vocab.tags),
-            dropout=model["dropout"],
-            crf=model["crf"],
-        )
+        self.model = build_jointbert(model, self.vocab, encoder_config, encoder)
         # from_pretrained returns modules in eval mode and Lightning keeps modes as found:
         # without this the encoder's dropout would be off during fine-tuning.
         self.model.train()
@@ -204,8 +198,7 @@ class SLUModule(pl.LightningModule):
             module.on_load_checkpoint(ckpt)
             module.load_state_dict(ckpt["state_dict"])
         except Exception as err:  # hyper-parameters or weights that do not build this robustnlu's model
-            raise DataError(path, None, f"a checkpoint whose hyper-parameters and weights do not make an SLU model: "
-                                        f"{first_line(err)}") from None
+            raise DataError(path, None, f"{NOT_A_MODEL}: {first_line(err)}") from None
         return module.to(device)
 
     def setup(self, stage: str) -> None:

@@ -4,8 +4,9 @@
     python -m robustnlu.predict --ckpt CKPT --file utterances.txt --out predictions.jsonl
 
 A plain argparse CLI (a Hydra app would parse the utterance as a config override); the
-prediction itself, `robustnlu.predictor` (torch, Lightning, transformers), is imported once the
-command line is read, so that a refused one is answered at once. Utterances are split on white
+prediction itself, `robustnlu.predictor` (torch, transformers), is imported once the command line
+is read, so that a refused one is answered at once. It loads the model alone, not the training
+stack (neither Lightning nor the run's objective), so the method's package need not be importable. Utterances are split on white
 space, as the training data is tokenised. The checkpoint is read by
 `robustnlu.checkpoint.read_checkpoint` (``weights_only=True``: no pickled code is executed; a
 file that is not a robustnlu checkpoint is one ``error:`` line, exit 2).
@@ -56,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ConfigError("--out needs --file (the answer for an utterance on the command line is printed)")
     if args.out:
         check_outputs([args.out], [args.file, args.ckpt], "--out")
-    from robustnlu.predictor import Predictor, check_lengths, inference_device  # torch, Lightning, transformers
+    from robustnlu.predictor import Predictor, check_lengths, inference_device  # torch, transformers
 
     device = inference_device(args.device, "--device")
     if args.file:

@@ -1,8 +1,10 @@
-"""Prediction with a trained model: `Predictor` (batched inference with an `SLUModule` and its
-tokenizer), the device to predict on (`inference_device`) and the refusal of an utterance longer
-than the encoder reads (`check_lengths`). Read by the command line ``python -m robustnlu.predict``
-(`robustnlu.predict`, which imports this module once its arguments are read), the robustness
-suites (`robustnlu.evaluate`) and the efficiency protocol's adaptation."""
+"""Prediction with a trained model: `Predictor` (batched inference with a JointBERT, its label
+vocabulary and tokenizer), the device to predict on (`inference_device`) and the refusal of an
+utterance longer than the encoder reads (`check_lengths`). Read by the command line ``python -m
+robustnlu.predict`` (`robustnlu.predict`, which imports this module once its arguments are read),
+the robustness suites (`robustnlu.evaluate`) and the efficiency protocol's adaptation. It imports
+no Lightning: a checkpoint is read by `robustnlu.model.trained.load_trained`, the inputs made by
+`robustnlu.data.collate`, as in training."""
 
 from __future__ import annotations
 
@@ -13,11 +15,12 @@ from pathlib import Path
 import torch
 
 from robustnlu.data.bio import slot_spans
-from robustnlu.data.datamodule import Collator, encode_utterances
-from robustnlu.data.utterance import Utterance
+from robustnlu.data.collate import Collator, encode_utterances
+from robustnlu.data.utterance import LabelVocab, Utterance
 from robustnlu.errors import ConfigError, DataError
 from robustnlu.model.encoders import load_tokenizer
-from robustnlu.module import SLUModule
+from robustnlu.model.jointbert import JointBERT
+from robustnlu.model.trained import load_trained
 from robustnlu.rundir import RunDir
 from robustnlu.runlock import check_not_running
 
@@ -46,15 +49,15 @@ def inference_device(name: str, option: str) -> torch.device:
 
 
 class Predictor:
-    """Batched inference with a trained `SLUModule` (in eval mode, gradients off)."""
+    """Batched inference with a trained JointBERT (put in eval mode; gradients off)."""
 
-    def __init__(self, module: SLUModule, tokenizer):
-        self.module = module.eval()
+    def __init__(self, model: JointBERT, vocab: LabelVocab, tokenizer):
+        self.model = model.eval()
+        self.vocab = vocab
         self.tokenizer = tokenizer
         #: sub-word tokens per input, the special ones included: what the tokenizer and the
         #: encoder's position embeddings both allow
-        self.max_length = min(tokenizer.model_max_length, module.model.encoder.config.max_position_embeddings,
-                              MAX_TOKENS)
+        self.max_length = min(tokenizer.model_max_length, model.encoder.config.max_position_embeddings, MAX_TOKENS)
         self.collate = Collator(tokenizer.pad_token_id)
 
     @classmethod
@@ -63,32 +66,38 @@ class Predictor:
         still training (another live process holds its lock: `robustnlu.runlock.check_not_running`),
         since what the checkpoint holds is half-trained. ``predict`` and ``evaluate`` load so."""
         check_not_running(RunDir.of_checkpoint(ckpt).path)
-        module = SLUModule.from_checkpoint(ckpt, device)
-        return cls(module, load_tokenizer(module.hparams.encoder_spec))
+        trained = load_trained(ckpt, device)
+        return cls(trained.model, trained.vocab, load_tokenizer(trained.encoder_spec))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
 
     def words_read(self, utterances: Sequence[Utterance]) -> list[int]:
         """How many words of each utterance fit `max_length` (`encode_utterances`): the words
         after them are tagged ``O`` without being read."""
         with warnings.catch_warnings():  # encode_utterances warns about the cut ones: the caller decides
             warnings.simplefilter("ignore", UserWarning)
-            encoded = encode_utterances(utterances, self.tokenizer, self.module.vocab, self.max_length)
+            encoded = encode_utterances(utterances, self.tokenizer, self.vocab, self.max_length)
         return [len(e.word_index) for e in encoded]
 
     @torch.no_grad()
     def predict_utterances(self, utterances: Sequence[Utterance], batch_size: int = 64) -> list[tuple[str, list[str]]]:
-        """(predicted intent, one predicted tag per token) for each utterance; tokens past the
-        encoder's length limit are tagged ``O``."""
-        vocab = self.module.vocab
-        out = []
-        for start in range(0, len(utterances), batch_size):
-            chunk = utterances[start : start + batch_size]
-            items = list(enumerate(encode_utterances(chunk, self.tokenizer, vocab, self.max_length)))
-            batch = {k: v.to(self.module.device) for k, v in self.collate(items).items()}
-            output = self.module.model(batch)
-            intent_ids, tag_ids = self.module.model.decode(output, batch["word_mask"])
-            for u, i, ids in zip(chunk, intent_ids, tag_ids, strict=True):
-                out.append((vocab.intents[i], [vocab.tags[t] for t in ids] + ["O"] * (len(u.tokens) - len(ids))))
-        return out
+        """(predicted intent, one predicted tag per token) for each utterance, in their order;
+        tokens past the encoder's length limit are tagged ``O``. The batches hold utterances of
+        similar length (sorted by sub-word tokens), so that little padding is computed; padding
+        is masked, so each answer is the one the utterance gets alone."""
+        encoded = encode_utterances(utterances, self.tokenizer, self.vocab, self.max_length)
+        by_length = sorted(range(len(encoded)), key=lambda i: len(encoded[i].input_ids))
+        answers: dict[int, tuple[str, list[str]]] = {}
+        for start in range(0, len(by_length), batch_size):
+            items = [(i, encoded[i]) for i in by_length[start : start + batch_size]]
+            batch = {k: v.to(self.device) for k, v in self.collate(items).items()}
+            intent_ids, tag_ids = self.model.decode(self.model(batch), batch["word_mask"])
+            for (i, _), intent, ids in zip(items, intent_ids, tag_ids, strict=True):
+                unread = len(utterances[i].tokens) - len(ids)
+                answers[i] = (self.vocab.intents[intent], [self.vocab.tags[t] for t in ids] + ["O"] * unread)
+        return [answers[i] for i in range(len(utterances))]
 
     def predict(self, texts: Sequence[str], batch_size: int = 64) -> list[dict]:
         """Parse raw texts (split on white space): intent, tags and slot spans for each."""

@@ -42,7 +42,7 @@ from lightning_fabric.utilities.rank_zero import rank_zero_only
 from pytorch_lightning.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from robustnlu.checkpoint import AtomicCheckpointIO
+from robustnlu.checkpoint_io import AtomicCheckpointIO
 from robustnlu.config_schema import check_loaded_encoder
 from robustnlu.dashboard import log_results, run_config
 from robustnlu.data.datamodule import SLUDataModule
@@ -379,7 +379,7 @@ def train_and_record(cfg: DictConfig, parts: RunParts, out_dir: Path, started: f
     log_results(trainer, results, module.evaluations["test"]["predictions"], drift_split)
     suites = cfg.get("suite")
     if suites and trainer.is_global_zero:  # the module holds the best checkpoint's weights since trainer.test
-        results["robustness"] = evaluate_suites(Predictor(module, datamodule.tokenizer), suites, cfg, corpus)
+        results["robustness"] = evaluate_suites(Predictor(module.model, module.vocab, datamodule.tokenizer), suites, cfg, corpus)
         tables = write_robustness(out_dir, results["robustness"], results["best_checkpoint"])
     if trainer.is_global_zero:
         run = RunDir(out_dir)

@@ -13,6 +13,7 @@ import torch
 
 from integration_helpers import FAST, compose_config, jsonl_overrides, write_snips_sample_jsonl
 from robustnlu.checkpoint import CHECKPOINT_FORMAT, FORMAT_KEY, read_checkpoint, upgrade_format_1
+from robustnlu.module import SLUModule
 from robustnlu.predictor import Predictor
 from robustnlu.train import build_trainer, prepare
 
@@ -69,8 +70,10 @@ def test_a_checkpoint_in_format_1_layout_loads_and_predicts_as_the_original(topk
     path = tmp_path / "format1.ckpt"
     torch.save(old, path)
     assert read_checkpoint(path)["hyper_parameters"]["method"] == ckpt["hyper_parameters"]["method"]
-    original, loaded = Predictor.from_checkpoint(topk_ae_checkpoint), Predictor.from_checkpoint(path)
-    for (name, a), (_, b) in zip(original.module.state_dict().items(), loaded.module.state_dict().items(), strict=True):
+    # the whole module (its objective's autoencoder too) loads from the upgraded hyper-parameters
+    original, loaded = SLUModule.from_checkpoint(topk_ae_checkpoint), SLUModule.from_checkpoint(path)
+    for (name, a), (_, b) in zip(original.state_dict().items(), loaded.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
+    original, loaded = Predictor.from_checkpoint(topk_ae_checkpoint), Predictor.from_checkpoint(path)
     texts = ["play some jazz by miles davis", "book a table for two in paris", "what is the weather tomorrow"]
     assert loaded.predict(texts) == original.predict(texts)

@@ -19,7 +19,7 @@ import torch._dynamo
 
 from integration_helpers import FAST, compose_config, jsonl_overrides, run_cli, write_snips_sample_jsonl
 from robustnlu.config_schema import check_config
-from robustnlu.data.datamodule import Collator, EncodedUtterance
+from robustnlu.data.collate import Collator, EncodedUtterance
 from robustnlu.errors import ConfigError
 from robustnlu.module import SLUModule
 from robustnlu.train import build_trainer, prepare, train_and_record

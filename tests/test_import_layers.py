@@ -52,7 +52,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "robustnlu"
 #: bottom first; a name is a module or a package (then every module inside it)
 LAYERS: list[list[str]] = [
     ["errors", "_build"],
-    ["io", "extras", "precision", "hardware", "checkpoint", "paths", "rundir", "runlock", "scenario", "tables",
+    ["io", "extras", "precision", "hardware", "checkpoint", "checkpoint_io", "paths", "rundir", "runlock", "scenario", "tables",
      "plotting", "sweep_jobs", "config_spec", "hparams"],
     ["data", "metrics"],
     ["model", "seqdrift", "noise", "selection", "efficiency"],  # efficiency: subsets, curve (the rest above)

@@ -13,8 +13,11 @@ import sys
 import pytest
 import torch
 
-from integration_helpers import FAST, compose_config, file_bytes, jsonl_overrides, run_cli, write_snips_sample_jsonl
+from integration_helpers import (FAST, cli_env, compose_config, file_bytes, jsonl_overrides, run_cli,
+                                 write_snips_sample_jsonl)
+from robustnlu.data.utterance import Utterance
 from robustnlu.predict import main
+from robustnlu.predictor import Predictor
 from robustnlu.runlock import LOCK_NAME
 from robustnlu.train import run
 
@@ -36,6 +39,31 @@ def refused(capsys, argv: list[str]) -> str:
     captured = capsys.readouterr()
     assert captured.out == ""
     return captured.err
+
+
+#: the training stack: what predict must not import (with them: seconds of start-up, torch._dynamo)
+TRAINING_STACK = ("pytorch_lightning", "lightning_fabric", "torchmetrics")
+
+
+def test_predict_answers_without_importing_the_training_stack(ckpt, tmp_path):
+    """Predict reads the model alone: a process that ran it holds none of Lightning's modules nor
+    torchmetrics (its start-up is what a deadline on a slow machine measures)."""
+    probe = ("import sys\nfrom robustnlu.predict import main\ncode = main(sys.argv[1:])\n"
+             f"print('loaded:', *sorted(m for m in {TRAINING_STACK!r} if m in sys.modules))\nsys.exit(code)\n")
+    proc = subprocess.run([sys.executable, "-c", probe, "--ckpt", str(ckpt), "play adele"], cwd=tmp_path,
+                          env=cli_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("intent: ") and proc.stdout.splitlines()[-1] == "loaded:"
+
+
+def test_predictions_equal_the_runs_own_decoding_of_its_test_split(ckpt):
+    """The predictor's answers on the test split are those the run's `SLUModule` decoded from the
+    same best checkpoint (predictions/test.jsonl), in the split's order."""
+    lines = (ckpt.parent.parent / "predictions" / "test.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    utterances = [Utterance(r["uid"], tuple(r["tokens"]), tuple(r["gold_tags"]), r["gold_intent"]) for r in rows]
+    predicted = Predictor.from_checkpoint(ckpt).predict_utterances(utterances, batch_size=8)
+    assert len(rows) == 20 and predicted == [(r["pred_intent"], r["pred_tags"]) for r in rows]
 
 
 def test_an_utterance_longer_than_the_encoder_reads_is_refused(ckpt, tmp_path):

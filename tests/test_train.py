@@ -202,7 +202,7 @@ def test_a_checkpoint_trained_on_cuda_predicts_the_same_on_the_cpu(sample, tmp_p
     best = tmp_path / results["best_checkpoint"]
     assert {t.device.type for t in torch.load(best, weights_only=True)["state_dict"].values()} == {"cuda"}
     on_cpu = Predictor.from_checkpoint(best, "cpu")
-    assert on_cpu.module.device.type == "cpu"
+    assert on_cpu.device.type == "cpu"
     utterances = [row.utterance for row in read_jsonl_file(Path(sample["test"]), "snips", "test")]
     by_uid = {row["uid"]: row for row in read_jsonl(tmp_path / "predictions" / "test.jsonl")}
     predicted = on_cpu.predict_utterances(utterances)

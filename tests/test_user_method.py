@@ -227,17 +227,16 @@ def test_a_users_config_folder_that_is_missing_or_renames_a_shipped_file_is_one_
         compose_run_config([f"hydra.searchpath=[file://{tmp_path / 'defaults'}]"])
 
 
-def test_a_checkpoint_of_a_users_method_predicts_where_its_package_imports(user, user_sweep, tmp_path):
-    """~10 s: predict needs the method's class (its state is in the checkpoint: the `user_sweep`'s
-    run of it); without the user's package on the path the one line says so, not that the
-    checkpoint is broken."""
+def test_a_checkpoint_of_a_users_method_predicts_without_its_package(user, user_sweep, tmp_path):
+    """~10 s: predict reads the model alone, not the objective that trained it (the `user_sweep`'s
+    run of the user's method), so it answers the same with the user's package on the path and
+    without it."""
     (ckpt,) = user_sweep.glob("mysnips-batch_cvar-*/checkpoints/best-*.ckpt")
     proc = user.run("--ckpt", str(ckpt), "play adele", module="robustnlu.predict")
     assert proc.returncode == 0, proc.stderr[-3000:]
     elsewhere = run_cli(["--ckpt", str(ckpt), "play adele"], cwd=tmp_path, module="robustnlu.predict")
-    assert elsewhere.returncode == 2 and elsewhere.stderr.splitlines() == [
-        f"error: {ckpt}: method._target_: cannot be imported (No module named 'mymethods') (got mymethods.BatchCVaR): "
-        "the checkpoint's method must be importable here, as where it was trained (its package on PYTHONPATH)"]
+    assert elsewhere.returncode == 0, elsewhere.stderr[-3000:]
+    assert elsewhere.stdout == proc.stdout and proc.stdout.startswith("intent: ")
 
 
 #: a method with a rule across its values that no single spec says: its constructor checks it

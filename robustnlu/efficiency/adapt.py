@@ -13,11 +13,12 @@ import pytorch_lightning as pl
 import torch
 
 from robustnlu.checkpoint import read_checkpoint
-from robustnlu.data.datamodule import Collator, encode_utterances
+from robustnlu.data.collate import Collator, encode_utterances
 from robustnlu.data.utterance import Utterance
 from robustnlu.efficiency.subsets import seeded_sample
 from robustnlu.errors import ConfigError
 from robustnlu.evaluate import score
+from robustnlu.model.trained import model_state
 from robustnlu.module import SLUModule
 from robustnlu.optim.conatural import RollingFisher, empirical_fisher, set_encoder_fisher
 from robustnlu.predictor import Predictor
@@ -54,15 +55,14 @@ def load_source_model(module: SLUModule, checkpoint: Path) -> None:
     if ckpt["hyper_parameters"]["vocab"] != module.hparams.vocab:
         raise ConfigError(f"efficiency.init_from={checkpoint}: its label vocabulary differs from this run's "
                           "(a source model of the same sources and target?)")
-    module.model.load_state_dict({k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()
-                                  if k.startswith("model.")})
+    module.model.load_state_dict(model_state(ckpt["state_dict"]))
 
 
 def score_sources(module: SLUModule, tokenizer, utterances: Sequence[Utterance], batch_size: int) -> dict[str, float]:
     """Intent accuracy, slot F1 and exact match (frame accuracy) on the sources' test splits;
     the module's train/eval mode is left as it was."""
     training = module.training
-    scores = score(Predictor(module, tokenizer), utterances, batch_size)
+    scores = score(Predictor(module.model, module.vocab, tokenizer), utterances, batch_size)
     module.train(training)
     return scores
 

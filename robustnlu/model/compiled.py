@@ -1,6 +1,6 @@
 """``trainer.compile``: JointBERT's forward pass in training through ``torch.compile`` with static
 shapes (``dynamic=False``), one graph per batch shape: the batches come in few shapes where the
-collator pads them to length buckets (``data.pad_to_multiple_of``, `robustnlu.data.datamodule.Collator`).
+collator pads them to length buckets (``data.pad_to_multiple_of``, `robustnlu.data.collate.Collator`).
 
 The forward method is compiled, not the module: no ``torch._dynamo`` wrapper module sits in the
 model, so state-dict keys (checkpoints) are those of the uncompiled model. The objective, the

@@ -7,7 +7,8 @@ import warnings
 import numpy as np
 import pytest
 
-from robustnlu.data.datamodule import Collator, ShuffledBatchSampler, encode_utterances
+from robustnlu.data.collate import Collator, encode_utterances
+from robustnlu.data.datamodule import ShuffledBatchSampler
 from robustnlu.data.utterance import LabelVocab, Utterance
 
 

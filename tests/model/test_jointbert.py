@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from robustnlu.data.datamodule import Collator, encode_utterances
+from robustnlu.data.collate import Collator, encode_utterances
 from robustnlu.data.utterance import LabelVocab, Utterance
 from robustnlu.model.encoders import build_encoder
 from robustnlu.model.jointbert import JointBERT

@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 #: the most words an utterance may have: no encoder here has more than 512 positions, so a
 #: longer one cannot be encoded whole by any of them; it is a formatting error (e.g. a missing
 #: line break), not a spoken utterance. Longer than ``data.max_length`` sub-tokens but within
-#: this limit: `robustnlu.data.datamodule.encode_utterances` warns.
+#: this limit: `robustnlu.data.collate.encode_utterances` warns.
 MAX_WORDS = 512
 
 READERS: dict[str, FormatReader] = {
