@@ -195,6 +195,21 @@ def tiny(tmp_path_factory):
     return load_workload(cfg, 3)
 
 
+def test_a_training_step_reads_the_host_for_the_non_finite_check_alone(tiny):
+    """`bench.profile_step.host_syncs` on the CPU (it counts what a GPU would wait for): the plain
+    loop's step reads nothing on the host, Lightning's reads the non-finite check once; the model's
+    forward pass reads nothing (the encoder gets a mask it does not inspect)."""
+    from bench.profile_step import host_syncs
+
+    batches = tiny.batches(None)
+    counts = {loop: host_syncs(tiny.cfg, tiny, batches, torch.device("cpu"), "32-true", 1, loop)
+              for loop in ("lightning", "plain")}
+    assert counts["plain"] == {"per_step": 0.0, "sources": {}}
+    (source,) = counts["lightning"]["sources"]
+    assert re.fullmatch(r"value read on the host at robustnlu/module\.py:\d+ \(training_step\)", source), source
+    assert counts["lightning"]["per_step"] == 1.0
+
+
 def test_the_readme_section_quotes_the_check(check):
     """`bench.gpu_readme`: the throughput row, the packing table and the CLI run's epochs are the
     JSON's numbers; the run is named by its committed path."""
