@@ -74,7 +74,7 @@ def encoder_attention_mask(encoder: nn.Module, attention_mask: Tensor) -> Tensor
     A 4-D mask it takes as it is, unread. Where every token is real, the all-true mask gives the
     outputs of no mask: bit for bit on the CPU (tests/model/test_jointbert.py); CUDA may run its
     memory-efficient attention kernel for it instead of flash attention."""
-    from transformers.masking_utils import create_bidirectional_mask  # loaded with the encoder already
+    from transformers.masking_utils import create_bidirectional_mask  # here: jointbert loads no transformers
 
     b, n = attention_mask.shape
     like = attention_mask.new_empty((b, n, 0), dtype=encoder.dtype)  # the batch size, length, dtype and device it reads
