@@ -65,6 +65,23 @@ def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
     return (hidden * mask).sum(1) / mask.sum(1).clamp_min(1.0)
 
 
+def encoder_attention_mask(encoder: nn.Module, attention_mask: Tensor) -> Tensor:
+    """The padding mask ``attention_mask`` ([b, n], 1 = token) in the form the transformers
+    ``encoder``'s attention takes it, always built: for SDPA a boolean [b, 1, n, n], for eager
+    attention an additive one (transformers' ``create_bidirectional_mask``). Given the 2-D mask,
+    the encoder builds the same one, after reading on the host whether every token is real (to
+    pass SDPA no mask then): on a GPU a wait for the kernels queued before it, every forward pass.
+    A 4-D mask it takes as it is, unread. Where every token is real, the all-true mask gives the
+    outputs of no mask: bit for bit on the CPU (tests/model/test_jointbert.py); CUDA may run its
+    memory-efficient attention kernel for it instead of flash attention."""
+    from transformers.masking_utils import create_bidirectional_mask  # here: jointbert loads no transformers
+
+    b, n = attention_mask.shape
+    like = attention_mask.new_empty((b, n, 0), dtype=encoder.dtype)  # the batch size, length, dtype and device it reads
+    return create_bidirectional_mask(config=encoder.config, inputs_embeds=like, attention_mask=attention_mask,
+                                     allow_is_bidirectional_skip=False)
+
+
 class JointBERT(nn.Module):
     def __init__(self, encoder: nn.Module, n_intents: int, n_tags: int, dropout: float = 0.1, crf: bool = False):
         super().__init__()
@@ -75,7 +92,8 @@ class JointBERT(nn.Module):
         self.crf = LinearChainCRF(n_tags) if crf else None
 
     def forward(self, batch: Mapping[str, Tensor]) -> JointBERTOutput:
-        out = self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        out = self.encoder(input_ids=batch["input_ids"],
+                           attention_mask=encoder_attention_mask(self.encoder, batch["attention_mask"]))
         hidden = out.last_hidden_state
         pooled = getattr(out, "pooler_output", None)
         if pooled is None:

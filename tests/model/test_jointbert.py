@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
 import torch
 from torch.nn import functional as F
 
 from robustnlu.data.collate import Collator, encode_utterances
 from robustnlu.data.utterance import LabelVocab, Utterance
 from robustnlu.model.encoders import build_encoder
-from robustnlu.model.jointbert import JointBERT
+from robustnlu.model.jointbert import JointBERT, JointBERTOutput, mean_pool
 from robustnlu.robust.erm import ERM
 
 UTTS = [
@@ -96,3 +99,57 @@ def test_training_steps_reduce_the_loss(tokenizer, tiny_encoder_cfg):
         loss.backward()
         opt.step()
     assert loss.item() < 0.5 * first
+
+
+def reference_output(model, batch):
+    """JointBERT's forward pass as the heads compute it, the encoder given the 2-D mask (transformers
+    masks it itself: no mask at all for SDPA where every token is real)."""
+    out = model.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    hidden = out.last_hidden_state
+    words = hidden.gather(1, batch["word_index"].unsqueeze(-1).expand(-1, -1, hidden.size(-1)))
+    return (model.intent_classifier(out.pooler_output), model.slot_classifier(words),
+            mean_pool(hidden, batch["attention_mask"]))
+
+
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16-autocast"])
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_outputs_and_gradients_are_those_of_the_encoders_own_masking(tokenizer, tiny_encoder_cfg, padded, bf16, train):
+    """Bit for bit, in training (dropout drawn from the same seed) and evaluation, in float32 and
+    under bf16 autocast, on a batch with padding and on one without (the all-ones mask)."""
+    vocab, batch = make_batch(tokenizer, UTTS if padded else UTTS[1:2])
+    assert bool(batch["attention_mask"].all()) is not padded
+    torch.manual_seed(0)
+    model = JointBERT(build_encoder({**tiny_encoder_cfg, "dropout": 0.1}, vocab_size=len(tokenizer)),
+                      len(vocab.intents), len(vocab.tags), dropout=0.1).train(train)
+    results = []
+    for forward in (lambda: model(batch), lambda: reference_output(model, batch)):
+        torch.manual_seed(1)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = forward()
+        out = (out.intent_logits, out.slot_logits, out.x_enc) if isinstance(out, JointBERTOutput) else out
+        model.zero_grad()
+        sum(o.float().sum() for o in out).backward()
+        results.append((out, [p.grad.clone() for p in model.encoder.parameters()]))
+    (ours, our_grads), (ref, ref_grads) = results
+    for a, b in zip(ours, ref, strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    assert all(torch.equal(a, b) for a, b in zip(our_grads, ref_grads, strict=True))
+
+
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
+def test_the_forward_pass_reads_nothing_on_the_host(tokenizer, tiny_encoder_cfg, padded):
+    """No host read (what a GPU would wait for, `bench.profile_step.HostSyncs`) in a forward pass
+    and its backward pass, in training and in evaluation."""
+    from bench.profile_step import HostSyncs
+
+    vocab, batch = make_batch(tokenizer, UTTS if padded else UTTS[1:2])
+    model = make_model(tokenizer, tiny_encoder_cfg, vocab)
+    counter = HostSyncs(SimpleNamespace(on=True))
+    with counter:
+        model.train()
+        model.task_losses(model(batch), batch).slot.sum().backward()
+        model.eval()
+        with torch.no_grad():
+            model(batch)
+    assert dict(counter.found) == {}
