@@ -378,22 +378,49 @@ def test_local_launcher_runs_a_two_job_sweep_in_parallel(tmp_path):
     assert len(list((sweep_dir / ".submitit").glob("*/*_log.out"))) == 2
 
 
+def _driver(tmp_path: Path, args: list[str]) -> subprocess.Popen:
+    """``python -m robustnlu`` with ``args``, started in ``tmp_path`` and left running (the sweep's
+    driver), its output in ``tmp_path/driver.log``."""
+    with (tmp_path / "driver.log").open("w") as driver_log:
+        return subprocess.Popen([sys.executable, "-m", "robustnlu", *args], cwd=tmp_path, env=cli_env(),
+                                stdout=driver_log, stderr=subprocess.STDOUT)
+
+
+def _held_sweep(tmp_path: Path, seeds: str, *launcher: str) -> tuple[subprocess.Popen, Path, Path]:
+    """A Slurm sweep over ``seeds`` ("1,2") of one-epoch runs on a small SNIPS sample, each held after
+    its first step until the returned file exists; ``launcher``: more ``hydra.launcher.*`` overrides.
+    The driver, the sweep folder and the file that lets the runs go."""
+    sample = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=30)
+    sweep_dir, go = tmp_path / "multirun", tmp_path / "go"
+    args = ["-m", *FAST, "trainer.max_epochs=1", *jsonl_overrides(sample), f"seed={seeds}",
+            "+callbacks.hold._target_=integration_helpers.HoldUntilFile", f"+callbacks.hold.path={go}",
+            "hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=20", *launcher,
+            f"hydra.sweep.dir={sweep_dir}"]
+    return _driver(tmp_path, args), sweep_dir, go
+
+
+def _stop(driver: subprocess.Popen, array: str | None) -> None:
+    """A sweep's driver still running (a failed assertion) killed, and its Slurm job array cancelled."""
+    if driver.poll() is None:
+        driver.kill()
+        if array:
+            subprocess.run(["scancel", array])
+
+
+def _jobs_by_seed(sweep_dir: Path, tmp_path: Path) -> dict[str, dict]:
+    """``python -m robustnlu.sweep status --json``'s jobs, by their ``seed=`` override."""
+    out = run_cli(["status", "--json", str(sweep_dir)], cwd=tmp_path, module="robustnlu.sweep")
+    assert out.returncode == 0, out.stderr[-3000:]
+    return {next(o for o in j["overrides"] if o.startswith("seed=")): j for j in map(json.loads, out.stdout.splitlines())}
+
+
 @pytest.mark.slurm
 def test_status_shows_a_job_pending_in_slurm_as_queued_and_relaunch_leaves_it_alone(slurm, tmp_path):
     """A 2-job Slurm sweep run one job at a time (array_parallelism=1): while job 0 trains (held
     after its first step until the test is done looking), job 1 waits in Slurm's queue with no
     folder yet. `status` says so (``queued``, not ``missing``) and `relaunch` leaves it alone (it
     used to submit it a second time). ~15 s."""
-    sample = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=30)
-    sweep_dir = tmp_path / "multirun"
-    go = tmp_path / "go"
-    args = ["-m", *FAST, "trainer.max_epochs=1", *jsonl_overrides(sample), "seed=1,2",
-            "+callbacks.hold._target_=integration_helpers.HoldUntilFile", f"+callbacks.hold.path={go}",
-            "hydra/launcher=slurm", "hydra.launcher.mem_gb=1", "hydra.launcher.cpus_per_task=1",
-            "hydra.launcher.timeout_min=20", "hydra.launcher.array_parallelism=1", f"hydra.sweep.dir={sweep_dir}"]
-    with (tmp_path / "driver.log").open("w") as driver_log:
-        driver = subprocess.Popen([sys.executable, "-m", "robustnlu", *args], cwd=tmp_path, env=cli_env(),
-                                  stdout=driver_log, stderr=subprocess.STDOUT)
+    driver, sweep_dir, go = _held_sweep(tmp_path, "1,2", "hydra.launcher.mem_gb=1", "hydra.launcher.array_parallelism=1")
     array = None
     try:
         started = time.time()
@@ -401,9 +428,7 @@ def test_status_shows_a_job_pending_in_slurm_as_queued_and_relaunch_leaves_it_al
             time.sleep(0.5)
         array = _array_task_id(sweep_dir, 1).split("_")[0]
         assert _scontrol_job(f"{array}_1").get("JobState") == "PENDING"
-        out = run_cli(["status", "--json", str(sweep_dir)], cwd=tmp_path, module="robustnlu.sweep")
-        assert out.returncode == 0, out.stderr[-3000:]
-        jobs = {next(o for o in j["overrides"] if o.startswith("seed=")): j for j in map(json.loads, out.stdout.splitlines())}
+        jobs = _jobs_by_seed(sweep_dir, tmp_path)
         assert jobs["seed=1"]["state"] == "running"
         assert jobs["seed=2"]["state"] == "queued" and jobs["seed=2"]["folder"] is None, jobs["seed=2"]
         assert f"Slurm job {array}_1 PENDING" in jobs["seed=2"]["note"]
@@ -414,10 +439,7 @@ def test_status_shows_a_job_pending_in_slurm_as_queued_and_relaunch_leaves_it_al
         go.touch()
         assert driver.wait(timeout=300) == 0, (tmp_path / "driver.log").read_text()[-3000:]
     finally:
-        if driver.poll() is None:
-            driver.kill()
-            if array:
-                subprocess.run(["scancel", array])
+        _stop(driver, array)
     assert sorted(_results(sweep_dir)) == [1, 2]
 
 
@@ -429,22 +451,7 @@ def test_four_jobs_two_runs_per_gpu_are_two_slurm_jobs_of_two_tasks_each_job_in_
     are ``running`` and the second pack's, pending in Slurm with no folder yet, ``queued``; at the
     end each job has its own finished run directory, recorded by its pack's Slurm job, and `status`
     shows the 4 finished. ~1-2 min."""
-    sample = write_snips_sample_jsonl(tmp_path / "data", n_train=120, n_eval=30)
-    sweep_dir = tmp_path / "multirun"
-    go = tmp_path / "go"
-    args = ["-m", *FAST, "trainer.max_epochs=1", *jsonl_overrides(sample), "seed=1,2,3,4",
-            "+callbacks.hold._target_=integration_helpers.HoldUntilFile", f"+callbacks.hold.path={go}",
-            "hydra/launcher=slurm", "hydra.launcher.runs_per_gpu=2", "hydra.launcher.mem_gb=2",
-            "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=20", f"hydra.sweep.dir={sweep_dir}"]
-    with (tmp_path / "driver.log").open("w") as driver_log:
-        driver = subprocess.Popen([sys.executable, "-m", "robustnlu", *args], cwd=tmp_path, env=cli_env(),
-                                  stdout=driver_log, stderr=subprocess.STDOUT)
-
-    def status() -> dict[str, dict]:
-        out = run_cli(["status", "--json", str(sweep_dir)], cwd=tmp_path, module="robustnlu.sweep")
-        assert out.returncode == 0, out.stderr[-3000:]
-        return {next(o for o in j["overrides"] if o.startswith("seed=")): j for j in map(json.loads, out.stdout.splitlines())}
-
+    driver, sweep_dir, go = _held_sweep(tmp_path, "1,2,3,4", "hydra.launcher.runs_per_gpu=2", "hydra.launcher.mem_gb=2")
     array = None
     try:
         started = time.time()
@@ -453,17 +460,14 @@ def test_four_jobs_two_runs_per_gpu_are_two_slurm_jobs_of_two_tasks_each_job_in_
             time.sleep(0.5)
         array = _array_task_id(sweep_dir, 0).split("_")[0]
         assert _scontrol_job(f"{array}_1").get("JobState") == "PENDING"  # the node's 2 CPUs hold one pack
-        jobs = status()
+        jobs = _jobs_by_seed(sweep_dir, tmp_path)
         assert {seed: job["state"] for seed, job in jobs.items()} == {
             "seed=1": "running", "seed=2": "running", "seed=3": "queued", "seed=4": "queued"}, jobs
         assert f"Slurm job {array}_1 PENDING" in jobs["seed=3"]["note"] and jobs["seed=3"]["folder"] is None
         go.touch()
         assert driver.wait(timeout=300) == 0, (tmp_path / "driver.log").read_text()[-3000:]
     finally:
-        if driver.poll() is None:
-            driver.kill()
-            if array:
-                subprocess.run(["scancel", array])
+        _stop(driver, array)
 
     assert _arrays(sweep_dir) == {array}
     packs = sorted(p.name for p in (sweep_dir / ".submitit").iterdir() if p.name.startswith(f"{array}_"))
@@ -478,7 +482,7 @@ def test_four_jobs_two_runs_per_gpu_are_two_slurm_jobs_of_two_tasks_each_job_in_
         if info:  # absent when a cluster purges finished jobs sooner
             assert info["JobState"] == "COMPLETED" and info["NumTasks"] == "2", info
 
-    jobs = status()
+    jobs = _jobs_by_seed(sweep_dir, tmp_path)
     assert {seed: job["state"] for seed, job in jobs.items()} == {f"seed={s}": "finished" for s in (1, 2, 3, 4)}
     runs = {seed: RunDir(Path(job["folder"])) for seed, job in jobs.items()}
     assert len({run.path for run in runs.values()}) == 4
@@ -511,9 +515,7 @@ def test_a_requeued_pack_resumes_its_unfinished_run_and_does_not_train_its_finis
             f"hydra.sweeper.jobs_file={jobs_file}", "hydra/launcher=slurm", "hydra.launcher.runs_per_gpu=2",
             "hydra.launcher.mem_gb=2", "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=9",
             f"hydra.sweep.dir={sweep_dir}"]
-    with (tmp_path / "driver.log").open("w") as driver_log:
-        driver = subprocess.Popen([sys.executable, "-m", "robustnlu", *args], cwd=tmp_path, env=cli_env(),
-                                  stdout=driver_log, stderr=subprocess.STDOUT)
+    driver = _driver(tmp_path, args)
     pack, finished_a, held_since = None, None, None
     started = time.time()
     try:
