@@ -24,7 +24,7 @@ from typing import Any
 
 from bench import device_check
 from bench.device_check import number
-from bench.throughput import RULE_LABELS, resummarised
+from bench.throughput import RULE_LABELS, summary_rule
 
 GIB = 2**30
 #: the device check's architectures (`bench.device_check.ARCHS`, the CPU plan's ``tiny``) as the README names them
@@ -104,10 +104,10 @@ def section(results: dict[str, Any], source: str) -> str:
     computed afresh from its stages' results (`bench.device_check.summary`), so that a record written
     before a change of the projection reads as a new one."""
     summary = device_check.summary(results)
-    results = {**results, "summary": summary}
+    headline = summary["throughput"]  # re-summarised by the rule of its settings (`bench.throughput.resummarised`)
     throughput = results.get("throughput") or {"settings": {}, "configs": []}  # none where the stage did not run
-    rule, headline = resummarised(throughput)
     settings = throughput["settings"]
+    rule = summary_rule(settings)
     note = " ".join([RULE_NOTES[rule].format(first=next(iter(settings.get("variants", [])), None),
                                              repeats=settings.get("repeats")), *short_configs(throughput)])
     lines = [
