@@ -73,7 +73,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.device_wheels import install
-from bench.throughput import GOALS, resummarised, variant_name
 
 REPO = Path(__file__).resolve().parents[1]
 STAGES = ("setup", "matmul", "throughput", "packing", "cli", "profile", "compile", "pytest_gpu")
@@ -515,6 +514,7 @@ def throughput_median(results: dict[str, Any], arch: str, batch_size: int, varia
 def link_compile_to_throughput(results: dict[str, Any]) -> None:
     """Each compiled configuration's Lightning examples/s over the throughput stage's (dynamic
     padding, eager) where both stages measured it, in the same call or in two merged ones."""
+    from bench.throughput import variant_name
     compiled = results.get("compile", {})
     variant = variant_name("lightning", compiled.get("precision", "bf16-mixed"))
     for entry in compiled.get("configs", []):
@@ -527,6 +527,7 @@ def link_compile_to_throughput(results: dict[str, Any]) -> None:
 def summary(results: dict[str, Any]) -> dict[str, Any]:
     """The headline numbers from the stages' results; the throughput's by the rule its settings call
     for (`bench.throughput.resummarised`), so that the grid's projection and the README's table agree."""
+    from bench.throughput import GOALS, resummarised
     out: dict[str, Any] = {"goals": GOALS, "device": results.get("environment", {}).get("gpu")
                            or f"CPU {results.get('environment', {}).get('cpu', '?')}",
                            "torch": results.get("environment", {}).get("versions", {}).get("torch"),
@@ -557,6 +558,7 @@ def number(value: float | None, spec: str) -> str:
 
 
 def format_table(results: dict[str, Any]) -> str:
+    from bench.throughput import GOALS
     s = results["summary"]
     lines = [f"robustnlu device check ({results['mode']}): {s['device']}, torch {s['torch']}, "
              f"bf16 matmul {s['matmul_bf16_tflops'] or 0:.3g} TFLOP/s, {results['wall_s']:.0f} s",
