@@ -2,7 +2,8 @@
 hydra-submitit-launcher's LocalLauncher and SlurmLauncher with one setting of robustnlu's,
 ``hydra.launcher.runs_per_gpu`` (K: an integer >= 1, default `RUNS_PER_GPU`): how many of a sweep's
 jobs share one GPU at a time. A MiniLM step is bound by the host (Python, kernel launches), so one
-GPU holds several runs (README, "On a GPU": 4 runs on an H200 gave 4.26x the examples/s of one).
+GPU holds several runs (README, "On a GPU": 4 runs gave 3.82x the examples/s of one on an H100, 4.26x
+on an H200).
 
 - K = 1: the submitit launcher as it is (all jobs of a sweeper batch at once, each seeing
   ``gpus_per_node`` GPUs; one Slurm job per sweep job).
