@@ -9,7 +9,25 @@ work (the non-finite check and the epoch's loss sums). Each part's time is exclu
 time less that of the labelled regions inside it; ``other`` is the rest of the step (Lightning's
 loop and hooks, from one batch's start to the next's; in the plain loop the batch's move to the
 device). Per step: CPU milliseconds and, on a GPU, the device milliseconds of the kernels the
-part launched.
+part launched. A step is a CPU-side ``step`` region: with CUDA the profiler lists each labelled
+region a second time, as a device-side user annotation of the same name without CPU time, which
+is no step. On CUDA the backward pass's kernels are launched from autograd's device thread,
+outside the regions: backward's device time and the step's leave them out, and backward's CPU
+time is the main thread's wait for that thread.
+
+Both loops run in one process on the same batches (each on fresh weights), so the first would
+meet each batch shape first, and its counted steps would carry the first uses (a shape's kernels
+and the library's choice of them, the allocator's blocks) that the second finds done: each loop
+first steps once on every distinct shape of its counted steps (`bench.workload.shape_warmup`, as
+the throughput stage does). Without that, at MiniLM's dimensions (batch 32, bf16-mixed, CPU) the
+first loop's counted steps ran 181 operation signatures (operation, shapes, dtypes) of the forward
+pass and 105 of the backward pass for the first time in the process, the second loop's none.
+Otherwise the loops' forward and backward passes are the same host work, measured there with a
+`TorchDispatchMode` and ``sys.setprofile``: per step 653 aten operations in the forward pass and
+920 in the backward pass (Lightning: 921, the backward of its closure's division by
+``accumulate_grad_batches``, ``pytorch_lightning/loops/optimization/automatic.py``), the same
+Python calls but for ``LightningModule.backward``, no module hooks; unprofiled, Lightning's steps
+took 0.99 of the plain loop's.
 
 Host synchronisations (`HostSyncs`, a separate pass of each loop, since the counting is slow): the
 operations that make the host wait for the device on a GPU, each by the source line that called it:
@@ -31,11 +49,13 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from torch.autograd import DeviceType
 from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import ProfilerActivity, profile, record_function
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from bench.loops import run_lightning, run_plain
+from bench.workload import shape_warmup
 
 PREFIX = "dc:"
 PARTS = ("training_step", "forward", "losses", "objective", "logging", "metrics", "backward", "clip", "optimizer",
@@ -113,11 +133,13 @@ def _device_us(event: FunctionEvent) -> float:
     return float(getattr(event, "device_time_total", 0.0) or 0.0)
 
 
-def step_breakdown(events: Sequence[FunctionEvent], skip: int) -> dict[str, Any]:
-    """Per-step means over the ``step`` regions of ``events`` after the first ``skip`` (warm-up)."""
-    steps = sorted((e for e in events if e.name == PREFIX + "step"), key=lambda e: e.time_range.start)[skip:]
-    if not steps:
-        raise RuntimeError("the profile holds no step after the warm-up")
+def step_breakdown(events: Sequence[FunctionEvent], skip: int, n_steps: int) -> dict[str, Any]:
+    """Per-step means over the CPU-side ``step`` regions of ``events`` after the first ``skip``
+    (warm-up), of which there must be ``n_steps``."""
+    steps = sorted((e for e in events if e.name == PREFIX + "step" and e.device_type == DeviceType.CPU),
+                   key=lambda e: e.time_range.start)[skip:]
+    if len(steps) != n_steps:
+        raise RuntimeError(f"the profile holds {len(steps)} steps after the warm-up, not {n_steps}")
     parts = {p: {"cpu_ms": 0.0, "device_ms": 0.0, "calls": 0} for p in PARTS}
     syncs: collections.Counter[str] = collections.Counter()
     step_cpu = step_device = inside = 0.0
@@ -150,20 +172,22 @@ def step_breakdown(events: Sequence[FunctionEvent], skip: int) -> dict[str, Any]
 
 def profile_loops(cfg, workload, batches, device: torch.device, precision: str, warmup: int) -> dict[str, Any]:
     """Both loops on ``batches`` (the first ``warmup`` steps not counted; the clock's last batch is
-    the last step), each under the profiler; on CUDA also the sync-debug pass of the Lightning loop."""
+    the last step), each under the profiler after a step on each distinct shape of the counted
+    batches (module docstring); then each loop's host synchronisations on ``batches`` as given."""
     clip = float(cfg.trainer.gradient_clip_val)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    results: dict[str, Any] = {"precision": precision, "batches": len(batches), "warmup": warmup}
+    profiled, skip = shape_warmup(batches, warmup)
+    results: dict[str, Any] = {"precision": precision, "batches": len(profiled), "warmup": skip}
     for loop in ("lightning", "plain"):
         pl.seed_everything(cfg.seed, verbose=False)
         module = workload.fresh_module()
         with profile(activities=activities, with_stack=False) as prof:
             if loop == "lightning":
                 with labelled(module):
-                    run_lightning(cfg, module, batches, warmup, device, "dynamic", precision, [_StepRegion()])
+                    run_lightning(cfg, module, profiled, skip, device, "dynamic", precision, [_StepRegion()])
             else:
-                run_plain(module, batches, warmup, clip, device, "dynamic", precision, region=region)
-        results[loop] = step_breakdown(prof.events(), warmup)
+                run_plain(module, profiled, skip, clip, device, "dynamic", precision, region=region)
+        results[loop] = step_breakdown(prof.events(), skip, len(profiled) - skip)
         del module
     for loop in ("lightning", "plain"):
         results[loop]["host_syncs"] = host_syncs(cfg, workload, batches, device, precision, warmup, loop)
