@@ -36,7 +36,8 @@ compile     the Lightning loop with ``trainer.compile`` (inductor, static shapes
             reduce-overhead, CUDA graphs) beside eager, on the same batches in length buckets
             (``data.pad_to_multiple_of``: few shapes, few compilations); the compilation's time
             apart; a hard stop at the stage's time;
-pytest_gpu  ``pytest -m gpu`` on the test files that hold GPU tests.
+pytest_gpu  ``pytest -m gpu -v`` on the test files that hold GPU tests; each test's outcome as it ended
+            (`pytest_outcomes`), so a run stopped at its time still says which tests passed.
 
 The summary adds the SNIPS grid's projected GPU-hours from the CLI run's epochs (`bench.grid_cost`), also
 where a step of the stage after them (the resumed run's test, predict) failed.
@@ -476,7 +477,7 @@ class DeviceCheck:
     def pytest_gpu(self, deadline: float) -> None:
         files = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py")
                        if "mark.gpu" in p.read_text())
-        command = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *files]
+        command = [sys.executable, "-m", "pytest", "-m", "gpu", "-v", "-p", "no:cacheprovider", *files]
         log = self.work / "pytest_gpu.log"
         with open(log, "w") as f:
             try:
@@ -489,7 +490,8 @@ class DeviceCheck:
         last_line = output.strip().splitlines()[-1] if output.strip() else ""
         counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|errors?|skipped|deselected)", last_line)}
         self.results["pytest_gpu"] = {"files": files, "returncode": returncode, "timed_out": timed_out,
-                                      "summary": last_line, "counts": counts, "output_tail": output[-3000:]}
+                                      "summary": last_line, "counts": counts, "outcomes": pytest_outcomes(output),
+                                      "output_tail": output[-3000:]}
         print("\n".join(output.splitlines()[-40:]), flush=True)
         if timed_out or returncode != 0:
             raise RuntimeError(f"pytest -m gpu: {'timed out' if timed_out else f'exit {returncode}'}: {last_line}")
@@ -598,6 +600,13 @@ def format_table(results: dict[str, Any]) -> str:
         if stage["status"] != "done":
             lines.append(f"  {name}: {stage['status']} ({stage.get('reason') or stage.get('error', '')[:200]})")
     return "\n".join(lines)
+
+
+def pytest_outcomes(output: str) -> dict[str, str]:
+    """Each test's outcome as ``pytest -v`` printed it when the test ended (so a run killed at its
+    deadline still tells which tests ran, and how); an error in a test's teardown, printed after its
+    pass, is its outcome."""
+    return dict(re.findall(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b", output, re.MULTILINE))
 
 
 @contextlib.contextmanager

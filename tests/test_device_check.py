@@ -521,3 +521,26 @@ def test_calls_of_another_gpu_do_not_merge(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: call 2 ran on") and err.count("\n") == 1
     assert not (tmp_path / "m.json").exists()
+
+
+def test_pytest_outcomes_are_each_tests_last_verdict_in_a_verbose_run(tmp_path):
+    """`bench.device_check.pytest_outcomes` on the output of a real ``pytest -v`` run: a pass, a
+    failure, a skip, a parametrised pair and a pass whose teardown fails (then ERROR)."""
+    from bench.device_check import pytest_outcomes
+
+    (tmp_path / "test_sample.py").write_text(
+        "import pytest\n\n"
+        "@pytest.fixture\n"
+        "def broken_teardown():\n    yield\n    raise RuntimeError('teardown')\n\n"
+        "def test_pass():\n    pass\n\n"
+        "def test_fail():\n    assert False\n\n"
+        "@pytest.mark.skip(reason='no')\ndef test_skip():\n    pass\n\n"
+        "@pytest.mark.parametrize('x', [1, 2])\ndef test_param(x):\n    assert x == 1\n\n"
+        "def test_teardown(broken_teardown):\n    pass\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "test_sample.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert pytest_outcomes(proc.stdout) == {
+        "test_sample.py::test_pass": "PASSED", "test_sample.py::test_fail": "FAILED",
+        "test_sample.py::test_skip": "SKIPPED", "test_sample.py::test_param[1]": "PASSED",
+        "test_sample.py::test_param[2]": "FAILED", "test_sample.py::test_teardown": "ERROR"}
