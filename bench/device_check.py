@@ -104,19 +104,20 @@ GPU_PLAN: dict[str, Any] = {
     "cli": {"arch": "minilm", "limits": []},
     "profile": {"arch": "minilm", "batch_size": 32, "warmup": 5, "steps": 10},
     # MiniLM at batch 32 first: the grid's configuration, the most bound by the host, where CUDA graphs
-    # (reduce-overhead) may pay most; BERT-base at batch 128 (inductor's default mode measured on the
-    # H100: 1.36x after 144 s of compiling 3 shapes) only if time is left
+    # (reduce-overhead) may pay most, so that mode first (never measured; inductor's default mode was,
+    # on the H200); BERT-base at batch 128 (default mode on the H100: 1.36x after 144 s of compiling 3
+    # shapes) only if time is left
     "compile": {"configs": [("minilm", 32), ("bert_base", 128)],
-                "backend": "inductor", "modes": ["default", "reduce-overhead"], "bucket": 16, "steps": 30},
+                "backend": "inductor", "modes": ["reduce-overhead", "default"], "bucket": 16, "steps": 30},
     # seconds per stage, from the leases on an H200 and an H100 (bench/results/gpu/2026-11-27-*.json;
     # the H100's host is the slower) with margins: setup 13-15 s; matmul under 1 s; throughput 132 s
     # for 42 of its 48 runs (each 1.2-6 s, the first 16 s); packing 76 s for K = 1, 2, 4 (33 s to start
     # 8 workers, then about 14 s per K; K = 8 was left out by its 30 s reserve before a K, with 9 s
     # left); cli: train 59 s (killed as epoch 2 starts), resume 53 s, then predict's start-up (imports,
     # CUDA) and 1,446 utterances; profile 33 s, and now each loop's step on every shape first (7-11
-    # steps); compile: eager, then trainer.compile in modes default and reduce-overhead, each compiling
-    # every bucket shape anew: minilm b32 about 2 x 45 s on the H200; pytest -m gpu: 20 tests in about
-    # 60 s on the H200, 14 in 70 s on the H100
+    # steps); compile: eager, then trainer.compile in its two modes, each compiling every bucket shape
+    # anew: minilm b32 about 2 x 45 s on the H200; pytest -m gpu: 20 tests in about 60 s on the H200,
+    # 14 in 70 s on the H100
     "budgets": {"setup": 20, "matmul": 5, "throughput": 150, "packing": 120, "cli": 155, "profile": 40,
                 "compile": 125, "pytest_gpu": 110},
 }
