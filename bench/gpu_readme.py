@@ -53,19 +53,22 @@ def examples_cell(t: dict[str, Any]) -> str:
     return cell
 
 
-def compiled_cell(ratios: dict[str, float]) -> str:
-    """Compiled ÷ eager in inductor's default mode / with CUDA graphs (the compile stage's keys)."""
-    default, graphs = ratios.get("lightning"), ratios.get("lightning_reduce-overhead")
-    if default is None and graphs is None:
-        return "–"
-    return f"{number(default, '.2f')} / {number(graphs, '.2f')}"
+#: the compile stage's runs of inductor's default mode and with CUDA graphs, and their ratios' keys
+COMPILED_RUNS = (("lightning_compiled", "lightning"), ("lightning_compiled_reduce-overhead", "lightning_reduce-overhead"))
+
+
+def compiled_cell(entry: dict[str, Any]) -> str:
+    """Compiled ÷ eager in inductor's default mode / with CUDA graphs, "failed" for a mode whose run
+    failed; "–" where neither was measured."""
+    runs, ratios = entry.get("runs", {}), entry.get("compiled_vs_eager", {})
+    cells = ["failed" if "error" in runs.get(run, {}) else number(ratios.get(key), ".2f") for run, key in COMPILED_RUNS]
+    return "–" if set(cells) == {"–"} else " / ".join(cells)
 
 
 def throughput_rows(headline: dict[str, Any], results: dict[str, Any]) -> list[str]:
     """One markdown row per measured architecture and batch size of ``headline``
     (`bench.throughput.resummarised`)."""
-    compiled = {f"{c['arch']}_b{c['batch_size']}": c.get("compiled_vs_eager", {})
-                for c in results.get("compile", {}).get("configs", [])}
+    compiled = {f"{c['arch']}_b{c['batch_size']}": c for c in results.get("compile", {}).get("configs", [])}
     rows = []
     for name, t in headline.items():
         arch, batch = name.rsplit("_b", 1)

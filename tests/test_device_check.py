@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import tomllib
 
 import pytest
@@ -544,3 +545,31 @@ def test_pytest_outcomes_are_each_tests_last_verdict_in_a_verbose_run(tmp_path):
         "test_sample.py::test_pass": "PASSED", "test_sample.py::test_fail": "FAILED",
         "test_sample.py::test_skip": "SKIPPED", "test_sample.py::test_param[1]": "PASSED",
         "test_sample.py::test_param[2]": "FAILED", "test_sample.py::test_teardown": "ERROR"}
+
+
+def test_a_compile_mode_that_fails_is_recorded_and_the_next_mode_still_runs(tmp_path, monkeypatch):
+    """A mode's failure (CUDA graphs' on a GPU: simulated here, the one mock of this file, since
+    CUDA cannot run on this machine) is the run's error; the eager run and the other mode still
+    measure, the ratio leaves the failed mode out and the README's cell says "failed"."""
+    import bench.loops
+    from bench.device_check import DeviceCheck, parse_args
+
+    real = bench.loops.run_lightning
+
+    def failing_cuda_graphs(cfg, module, *args, **kwargs):
+        if (module.torch_compile or {}).get("mode") == "reduce-overhead":
+            raise RuntimeError("Error: accessing tensor output of CUDAGraphs that has been overwritten\nmore")
+        return real(cfg, module, *args, **kwargs)
+
+    monkeypatch.setattr(bench.loops, "run_lightning", failing_cuda_graphs)
+    check = DeviceCheck(parse_args(["--cpu", "--out", str(tmp_path), "--stages", "compile", "--budget", "600"]))
+    check.compile(time.monotonic() + 600)
+    (entry,) = check.results["compile"]["configs"]
+    runs = entry["runs"]
+    assert runs["lightning_compiled_reduce-overhead"] == {
+        "mode": "reduce-overhead", "error": "RuntimeError: Error: accessing tensor output of CUDAGraphs that has been overwritten"}
+    assert runs["lightning_eager"]["examples_per_s"] > 0 and runs["lightning_compiled"]["graphs_compiled"] >= 1
+    assert entry["compiled_vs_eager"] == {
+        "lightning": pytest.approx(runs["lightning_compiled"]["examples_per_s"] / runs["lightning_eager"]["examples_per_s"])}
+    assert gpu_readme.compiled_cell(entry) == f"{entry['compiled_vs_eager']['lightning']:.2f} / failed"
+    assert json.loads((tmp_path / "device_check.json").read_text())["compile"] == check.results["compile"]
