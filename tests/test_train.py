@@ -193,7 +193,8 @@ def test_status_file_says_failed_with_the_error(sample, tmp_path, monkeypatch):
 @pytest.mark.gpu
 def test_a_checkpoint_trained_on_cuda_predicts_the_same_on_the_cpu(sample, tmp_path):
     """Train on a GPU, predict on a laptop: the best checkpoint loads on the CPU (`read_checkpoint` maps
-    it there) and predicts the test utterances as the run's own predictions/test.jsonl (`make test-gpu`)."""
+    it there) and predicts the test utterances as the run's own predictions/test.jsonl (`make test-gpu`);
+    so does `Predictor` on the GPU (``python -m robustnlu.predict --device cuda``)."""
     from robustnlu.data.readers.jsonl import read_jsonl_file
     from robustnlu.predictor import Predictor
 
@@ -208,3 +209,6 @@ def test_a_checkpoint_trained_on_cuda_predicts_the_same_on_the_cpu(sample, tmp_p
     predicted = on_cpu.predict_utterances(utterances)
     assert [(intent, tags) for intent, tags in predicted] == [
         (by_uid[u.uid]["pred_intent"], by_uid[u.uid]["pred_tags"]) for u in utterances]
+    on_cuda = Predictor.from_checkpoint(best, "cuda")
+    assert on_cuda.device.type == "cuda"
+    assert on_cuda.predict_utterances(utterances) == predicted
