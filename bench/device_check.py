@@ -439,6 +439,7 @@ class DeviceCheck:
 
         from bench.loops import run_lightning
         from bench.workload import compose_config, shape_warmup
+        from robustnlu.errors import first_line
         from robustnlu.module import compile_options
 
         c, device = self.plan["compile"], self.device()
@@ -449,7 +450,7 @@ class DeviceCheck:
                                  "timed_steps": len(batches) - 1, "runs": {}}
         result["configs"].append(entry)
         for mode in (None, *c["modes"]):
-            name = "lightning_eager" if mode is None else "lightning_compiled" + ("" if mode == "default" else f"_{mode}")
+            name = compiled_run(mode)
             module = workload.fresh_module()
             if mode is not None:  # trainer.compile as a run's config gives it
                 run_cfg = compose_config(self.work / "compose", [
@@ -464,7 +465,7 @@ class DeviceCheck:
             except Exception as e:  # a mode that fails (CUDA graphs, say) is a finding; the next mode still runs
                 if mode is None or isinstance(e, TimeoutError):  # no eager baseline, or the stage's time is up
                     raise
-                entry["runs"][name] = {"mode": mode, "error": f"{type(e).__name__}: {e}".split("\n", 1)[0]}
+                entry["runs"][name] = {"mode": mode, "error": first_line(e)}
                 print(f"  {arch:9s} b{batch_size:<4d} {name:34s} failed: {entry['runs'][name]['error']}", flush=True)
             else:
                 wall = time.monotonic() - started
@@ -478,10 +479,9 @@ class DeviceCheck:
             self._free()
             self.save()
             runs = entry["runs"]
-            eager = runs["lightning_eager"]["examples_per_s"]
-            # "lightning": the default mode's, the key the committed runs of the stage used (bench.gpu_readme)
-            entry["compiled_vs_eager"] = {"lightning" + n[len("lightning_compiled"):]: r["examples_per_s"] / eager
-                                          for n, r in runs.items() if r["mode"] is not None and "error" not in r}
+            eager = runs[compiled_run(None)]["examples_per_s"]
+            entry["compiled_vs_eager"] = {compiled_ratio_key(r["mode"]): r["examples_per_s"] / eager
+                                          for r in runs.values() if r["mode"] is not None and "error" not in r}
 
     def pytest_gpu(self, deadline: float) -> None:
         files = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py")
@@ -529,6 +529,17 @@ def throughput_median(results: dict[str, Any], arch: str, batch_size: int, varia
     return None
 
 
+def compiled_run(mode: str | None) -> str:
+    """The compile stage's name of its run with ``trainer.compile`` in ``mode`` (None: eager)."""
+    return "lightning_eager" if mode is None else "lightning_compiled" + ("" if mode == "default" else f"_{mode}")
+
+
+def compiled_ratio_key(mode: str) -> str:
+    """The key of that run's examples/s over eager's in a configuration's ``compiled_vs_eager``
+    ("lightning" for inductor's default mode, as the committed runs of the stage have it)."""
+    return "lightning" + ("" if mode == "default" else f"_{mode}")
+
+
 def link_compile_to_throughput(results: dict[str, Any]) -> None:
     """Each compiled configuration's Lightning examples/s over the throughput stage's (dynamic
     padding, eager) where both stages measured it, in the same call or in two merged ones."""
@@ -537,9 +548,9 @@ def link_compile_to_throughput(results: dict[str, Any]) -> None:
     variant = variant_name("lightning", compiled.get("precision", "bf16-mixed"))
     for entry in compiled.get("configs", []):
         dynamic = throughput_median(results, entry["arch"], entry["batch_size"], variant)
-        if dynamic and "examples_per_s" in entry["runs"].get("lightning_compiled", {}):
-            entry["lightning_compiled_vs_lightning_dynamic_eager"] = (
-                entry["runs"]["lightning_compiled"]["examples_per_s"] / dynamic)
+        compiled_run_default = entry["runs"].get(compiled_run("default"), {})
+        if dynamic and "examples_per_s" in compiled_run_default:
+            entry["lightning_compiled_vs_lightning_dynamic_eager"] = compiled_run_default["examples_per_s"] / dynamic
 
 
 def summary(results: dict[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import device_check
-from bench.device_check import number
+from bench.device_check import compiled_ratio_key, compiled_run, number
 from bench.throughput import RULE_LABELS, summary_rule
 
 GIB = 2**30
@@ -53,15 +53,12 @@ def examples_cell(t: dict[str, Any]) -> str:
     return cell
 
 
-#: the compile stage's runs of inductor's default mode and with CUDA graphs, and their ratios' keys
-COMPILED_RUNS = (("lightning_compiled", "lightning"), ("lightning_compiled_reduce-overhead", "lightning_reduce-overhead"))
-
-
 def compiled_cell(entry: dict[str, Any]) -> str:
     """Compiled ÷ eager in inductor's default mode / with CUDA graphs, "failed" for a mode whose run
     failed; "–" where neither was measured."""
     runs, ratios = entry.get("runs", {}), entry.get("compiled_vs_eager", {})
-    cells = ["failed" if "error" in runs.get(run, {}) else number(ratios.get(key), ".2f") for run, key in COMPILED_RUNS]
+    cells = ["failed" if "error" in runs.get(compiled_run(mode), {})
+             else number(ratios.get(compiled_ratio_key(mode)), ".2f") for mode in ("default", "reduce-overhead")]
     return "–" if set(cells) == {"–"} else " / ".join(cells)
 
 
